@@ -1,1 +1,36 @@
-"""losses."""
+"""Losses: per-example functions ``loss(logits, y, label_mask) -> (B,)``, safe inside vmap.
+
+``label_mask`` is the client's local label set as a boolean vector over classes (fixed shape),
+which truncated losses such as TCE use; others ignore it. A loss is chosen with ``loss=NAME``
+and composes with every algorithm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from fedretain.errors import ConfigError, unknown_choice
+from fedretain.losses.ce import ce
+
+Loss = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+
+
+@dataclass(frozen=True)
+class LossInfo:
+    name: str
+    description: str
+    fn: Loss
+
+
+LOSSES: dict[str, LossInfo] = {
+    "ce": LossInfo("ce", "cross-entropy over all classes (hard or soft labels)", ce),
+}
+
+
+def get_loss(name: str) -> Loss:
+    if name not in LOSSES:
+        raise ConfigError(unknown_choice("loss", name, LOSSES))
+    return LOSSES[name].fn

@@ -1,0 +1,41 @@
+"""FedProx: FedAvg with a proximal term ``μ/2 ‖y − x‖²`` in every client's local loss.
+
+Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in Heterogeneous
+Networks", MLSys 2020, arXiv:1812.06127. The paper tunes μ over {0.001, 0.01, 0.1, 1}.
+
+Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from fedretain.algorithms.fedavg import fedavg
+from fedretain.core.algorithm import Algorithm
+from fedretain.core.local import Penalty
+from fedretain.core.optim import Optimizer
+from fedretain.core.tree import Tree, leaves
+
+
+def prox_penalty(mu: float) -> Penalty:
+    """``μ/2 ‖params − x‖²`` with ``x`` the received global model."""
+
+    def penalty(params: Tree, state: Tree) -> Tensor:
+        terms = [
+            torch.sum((p - x) ** 2)
+            for p, x in zip(leaves(params), leaves(state["down"]["x"]), strict=True)
+        ]
+        return 0.5 * mu * torch.stack(terms).sum()
+
+    return penalty
+
+
+def fedprox(*, mu: float = 0.01, weighted: bool = True, opt: Optimizer | None = None) -> Algorithm:
+    """FedProx with proximal coefficient ``mu``."""
+    if mu < 0:
+        raise ValueError(f"algo.mu must be >= 0, got {mu}")
+    algo = fedavg(weighted=weighted, opt=opt, penalty=prox_penalty(mu))
+    return replace(algo, name="fedprox", hparams={"mu": mu, "weighted": weighted})

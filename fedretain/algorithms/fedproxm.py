@@ -1,0 +1,38 @@
+"""FedProxM: FedProx clients with FedAvgM's server momentum.
+
+The combination used as a baseline by GradMA (Luo et al., CVPR 2023): local loss
+``f_i(y) + μ/2 ‖y − x‖²`` (Li et al., MLSys 2020) and server ``v ← βv + Δ``,
+``x ← x − η_s v`` (Hsu et al., 2019). Payloads: as FedAvg.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fedretain.algorithms.fedavgm import fedavgm
+from fedretain.algorithms.fedprox import prox_penalty
+from fedretain.core.algorithm import Algorithm
+from fedretain.core.optim import Optimizer
+
+
+def fedproxm(
+    *,
+    mu: float = 0.01,
+    beta: float = 0.9,
+    server_lr: float = 1.0,
+    nesterov: bool = False,
+    weighted: bool = True,
+    opt: Optimizer | None = None,
+) -> Algorithm:
+    """FedProx local training with FedAvgM aggregation."""
+    if mu < 0:
+        raise ValueError(f"algo.mu must be >= 0, got {mu}")
+    algo = fedavgm(
+        beta=beta,
+        server_lr=server_lr,
+        nesterov=nesterov,
+        weighted=weighted,
+        opt=opt,
+        penalty=prox_penalty(mu),
+    )
+    return replace(algo, name="fedproxm", hparams={"mu": mu, **algo.hparams})

@@ -1,0 +1,21 @@
+"""SGD: each client takes one gradient step on its whole local data as one batch.
+
+The reference baseline of FedReg (Xu et al., ICLR 2022, §4): with sample-weighted averaging
+this is exactly one step of full-batch gradient descent on the sampled clients' union, so it
+cannot forget; FedReg's ``R_a`` metric is measured against its final accuracy.
+
+Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fedretain.algorithms.fedavg import fedavg
+from fedretain.core.algorithm import Algorithm
+from fedretain.core.optim import Optimizer
+
+
+def sgd(*, weighted: bool = True, opt: Optimizer | None = None) -> Algorithm:
+    """FedAvg with a single full-batch local step per round."""
+    return replace(fedavg(weighted=weighted, opt=opt), name="sgd", schedule="full_batch")

@@ -1,0 +1,124 @@
+"""The ``fedretain`` command line: run, compare, partition, list.
+
+Errors the user can fix print one line (``error: ...``) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedretain.errors import FedRetainError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from fedretain.experiments.config import load_config
+    from fedretain.experiments.runner import run_experiment
+
+    cfg = load_config(args.config, args.overrides)
+    summary = run_experiment(cfg, args.out)
+    print(
+        f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "
+        f"top {summary['top_accuracy']:.4f}, {summary['rounds']} rounds, "
+        f"{summary['bytes_up'] / 1e6:.1f} MB up, {summary['wall_seconds']:.1f} s -> {args.out}"
+    )
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from fedretain.experiments.report import compare
+
+    compare(args.dirs, args.out, reference=args.reference)
+    print(f"report written to {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    from fedretain.data.datasets import load_dataset
+    from fedretain.data.partition import class_counts, make_partition, summary
+    from fedretain.experiments.config import load_config
+    from fedretain.experiments.plots import plot_partition
+
+    cfg = load_config(args.config, args.overrides)
+    ds = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
+    parts = make_partition(
+        cfg.partition,
+        ds.train_labels,
+        cfg.clients,
+        cfg.seed,
+        groups=ds.groups,
+        **cfg.partition_params,
+    )
+    print(summary(parts, ds.train_labels, ds.num_classes))
+    if args.out:
+        plot_partition(class_counts(parts, ds.train_labels, ds.num_classes), args.out)
+        print(f"heat map written to {args.out}")
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from fedretain.algorithms import ALGORITHMS
+    from fedretain.data.datasets import DATASETS
+    from fedretain.data.partition import PARTITIONS
+    from fedretain.losses import LOSSES
+    from fedretain.models import MODELS
+
+    registries = {
+        "algorithms": ALGORITHMS,
+        "datasets": DATASETS,
+        "partitions": PARTITIONS,
+        "models": MODELS,
+        "losses": LOSSES,
+    }
+    registry = registries[args.what]
+    width = max(len(n) for n in registry)
+    for name, info in registry.items():
+        print(f"{name:<{width}}  {info.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fedretain", description="Federated learning that does not forget."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run one experiment and write its results folder")
+    run.add_argument("--config", help="a TOML file of settings")
+    run.add_argument("--out", required=True, help="results folder to write")
+    run.add_argument("overrides", nargs="*", help="KEY=VALUE settings, e.g. algorithm=scaffold")
+    run.set_defaults(fn=_cmd_run)
+
+    cmp_ = sub.add_parser("compare", help="compare results folders: table and plots")
+    cmp_.add_argument("dirs", nargs="+", help="results folders of `fedretain run`")
+    cmp_.add_argument("--out", required=True, help="report folder to write")
+    cmp_.add_argument("--reference", help="results folder of the reference run for R_a (SGD)")
+    cmp_.set_defaults(fn=_cmd_compare)
+
+    part = sub.add_parser("partition", help="summarise a partition and draw its heat map")
+    part.add_argument("--config", help="a TOML file of settings")
+    part.add_argument("--out", help="PNG heat map to write")
+    part.add_argument("overrides", nargs="*", help="KEY=VALUE, e.g. partition=dirichlet")
+    part.set_defaults(fn=_cmd_partition)
+
+    lst = sub.add_parser("list", help="list what is available")
+    lst.add_argument("what", choices=["algorithms", "datasets", "partitions", "models", "losses"])
+    lst.set_defaults(fn=_cmd_list)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except FedRetainError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The central abstraction: an FL algorithm is a bundle of pure functions; engines run it.
+
+State is always returned, never kept on an object: the engine owns the server state, the
+per-client states (only for clients that have taken part) and the payloads, which it counts
+in its ledger. The same :class:`Algorithm` runs on the sequential engine, the vectorised
+engine and Flower.
+
+Conventions every algorithm follows:
+
+- the server state holds the global model as ``"x"`` (trainable parameters) and
+  ``"buffers"`` (BatchNorm statistics and the like, averaged as FedAvg does);
+- payloads (``broadcast``'s downlink and ``local_final``'s uplink) are named trees whose
+  top-level keys are declared in ``downlink_keys`` / ``uplink_keys``;
+- ``local_step`` has no data-dependent Python branches, no ``.item()`` and no in-place
+  updates, so that clients can be stacked with ``torch.func.vmap``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from fedretain.core.task import Batch, Task
+from fedretain.core.tree import Tree
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What every function of a round may know about it."""
+
+    round: int  # 0-based index of the round being run
+    num_clients: int  # N, all clients
+    clients: tuple[int, ...]  # the round's sampled client ids
+    lr: float  # the local learning rate of this round
+    seed: int  # the run's seed
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """One client in one round: the task, the round, and the client's whole training data.
+
+    ``data`` is a batch (``x``, ``y``, ``w``, ``label_mask``) of all the client's training
+    examples, for the algorithms that need a full pass (MimeLite's full gradient, FedCurv's
+    Fisher).
+    """
+
+    task: Task
+    info: RoundInfo
+    client_id: int
+    num_samples: int
+    data: Batch
+
+
+InitFn = Callable[[Tree, Tree], Tree]
+ClientInitFn = Callable[[Tree], Tree]
+BroadcastFn = Callable[[Tree, RoundInfo], Tree]
+LocalInitFn = Callable[[Tree, Tree, ClientContext], Tree]
+LocalStepFn = Callable[[Tree, Batch, ClientContext], tuple[Tree, dict[str, Tensor]]]
+LocalFinalFn = Callable[[Tree, Tree, ClientContext], tuple[Tree, Tree]]
+AggregateFn = Callable[[Tree, Tree, Tensor, RoundInfo], tuple[Tree, dict[str, Tensor]]]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """An FL algorithm as pure functions.
+
+    - ``server_init(params, buffers) -> server_state`` (with ``"x"`` and ``"buffers"``)
+    - ``client_init(params) -> client_state`` for a client's first participation (``{}``
+      when the algorithm keeps no per-client state)
+    - ``broadcast(server_state, info) -> downlink``
+    - ``local_init(downlink, client_state, ctx) -> step_state``
+    - ``local_step(step_state, batch, ctx) -> (step_state, metrics)``: one mini-batch
+    - ``local_final(step_state, client_state, ctx) -> (uplink, new_client_state)``
+    - ``aggregate(server_state, uplinks, weights, info) -> (server_state, metrics)`` where
+      ``uplinks`` are stacked on a leading client axis in the order of ``info.clients`` and
+      ``weights`` are the clients' training-sample counts.
+
+    ``schedule`` is ``"minibatch"`` (local epochs or steps of ``batch_size``) or
+    ``"full_batch"`` (one step on the client's whole data, as the SGD baseline).
+    """
+
+    name: str
+    server_init: InitFn
+    client_init: ClientInitFn
+    broadcast: BroadcastFn
+    local_init: LocalInitFn
+    local_step: LocalStepFn
+    local_final: LocalFinalFn
+    aggregate: AggregateFn
+    downlink_keys: tuple[str, ...]
+    uplink_keys: tuple[str, ...]
+    schedule: str = "minibatch"
+    vectorisable: bool = True
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+    def global_model(self, server_state: Tree) -> tuple[Tree, Tree]:
+        """The model to evaluate: parameters and buffers."""
+        return server_state["x"], server_state["buffers"]

@@ -1,0 +1,77 @@
+"""Default local training: SGD-like steps with optional ``penalty`` and ``correct`` hooks.
+
+Most algorithms are FedAvg plus a term added to the local loss (``penalty(params, state)``:
+FedProx, FedCurv, FedDyn) or a change to the gradient (``correct(grads, state)``: SCAFFOLD,
+GradMA-W). The step state built by :func:`local_init` keeps the received downlink under
+``"down"`` and the client's persistent state under ``"client"``, so hooks read what they need
+(``state["down"]["x"]``, ``state["client"]["c_i"]``) without extra plumbing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.func import grad
+
+from fedretain.core.algorithm import ClientContext, LocalInitFn, LocalStepFn
+from fedretain.core.optim import Optimizer
+from fedretain.core.task import Batch
+from fedretain.core.tree import Tree
+
+Penalty = Callable[[Tree, Tree], Tensor]
+Correct = Callable[[Tree, Tree], Tree]
+
+
+def make_local_init(opt: Optimizer) -> LocalInitFn:
+    """Start local training from the received global model ``down["x"]``."""
+
+    def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
+        x = down["x"]
+        return {
+            "params": x,
+            "buffers": down["buffers"],
+            "opt": opt.init(x),
+            "down": down,
+            "client": client_state,
+            "lr": torch.tensor(ctx.info.lr, dtype=torch.float32),
+            "steps": torch.zeros((), dtype=torch.float32),
+            "lr_sum": torch.zeros((), dtype=torch.float32),
+        }
+
+    return local_init
+
+
+def make_local_step(
+    opt: Optimizer, penalty: Penalty | None = None, correct: Correct | None = None
+) -> LocalStepFn:
+    """One optimiser step on ``task loss + penalty``, with the gradient passed through ``correct``.
+
+    The reported ``loss`` is the task loss alone (before the penalty).
+    """
+
+    def local_step(state: Tree, batch: Batch, ctx: ClientContext) -> tuple[Tree, dict]:
+        def objective(p: Tree) -> tuple[Tensor, tuple[Tensor, Tree]]:
+            loss, new_buffers = ctx.task.batch_loss(p, state["buffers"], batch)
+            total = loss + penalty(p, state) if penalty is not None else loss
+            return total, (loss.detach(), new_buffers)
+
+        grads, (loss, new_buffers) = grad(objective, has_aux=True)(state["params"])
+        if correct is not None:
+            grads = correct(grads, state)
+        params, opt_state = opt.update(grads, state["opt"], state["params"], state["lr"])
+        new_state = {
+            **state,
+            "params": params,
+            "buffers": new_buffers,
+            "opt": opt_state,
+            "steps": state["steps"] + 1,
+            "lr_sum": state["lr_sum"] + state["lr"],
+        }
+        return new_state, {"loss": loss}
+
+    return local_step
+
+
+__all__ = ["Batch", "Correct", "Penalty", "make_local_init", "make_local_step"]

@@ -1,0 +1,89 @@
+"""``Task``: a model and a per-example loss, evaluated functionally.
+
+Parameters and buffers live in trees outside the module and are passed in with
+``torch.func.functional_call``; the module itself is only the program. A batch is a dict
+with ``x`` (float inputs), ``y`` (labels), ``w`` (per-example weights: 1 for real examples,
+0 for padding) and ``label_mask`` (the client's local label set, a boolean vector over classes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad
+
+from fedretain.core.tree import Tree, tree_clone
+from fedretain.data.base import as_float
+from fedretain.losses import Loss
+from fedretain.losses.ce import ce
+
+Batch = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class Task:
+    model: nn.Module
+    loss: Loss
+    num_classes: int
+    _param_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = tuple(n for n, p in self.model.named_parameters() if p.requires_grad)
+        object.__setattr__(self, "_param_names", names)
+
+    def init(self) -> tuple[Tree, Tree]:
+        """The module's current parameters and buffers, as detached copies."""
+        params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        buffers = dict(self.model.named_buffers())
+        return tree_clone(params), tree_clone(buffers)
+
+    def forward(
+        self, params: Tree, buffers: Tree, x: Tensor, train: bool = True
+    ) -> tuple[Tensor, Tree]:
+        """Logits and the buffers after the call (BatchNorm statistics update in training)."""
+        self.model.train(train)
+        if buffers and train:
+            buffers = {k: v.clone() for k, v in buffers.items()}
+        logits = functional_call(self.model, {**params, **buffers}, (x,), tie_weights=False)
+        return logits, buffers
+
+    def batch_loss(
+        self, params: Tree, buffers: Tree, batch: Batch, train: bool = True
+    ) -> tuple[Tensor, Tree]:
+        """Weighted mean loss over the batch (padding has weight 0) and the new buffers."""
+        logits, new_buffers = self.forward(params, buffers, batch["x"], train)
+        per_example = self.loss(logits, batch["y"], batch.get("label_mask"))
+        w = batch["w"]
+        return (per_example * w).sum() / w.sum().clamp_min(1.0), new_buffers
+
+    def grad(self, params: Tree, buffers: Tree, batch: Batch) -> tuple[Tree, Tensor, Tree]:
+        """Gradient of :meth:`batch_loss` in ``params``, the loss, and the new buffers."""
+
+        def objective(p: Tree) -> tuple[Tensor, tuple[Tensor, Tree]]:
+            loss, new_buffers = self.batch_loss(p, buffers, batch)
+            return loss, (loss.detach(), new_buffers)
+
+        grads, (loss, new_buffers) = grad(objective, has_aux=True)(params)
+        return grads, loss, new_buffers
+
+    @torch.no_grad()
+    def evaluate(
+        self, params: Tree, buffers: Tree, x: Tensor, y: Tensor, batch_size: int = 1000
+    ) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy of the full softmax over ``(x, y)``.
+
+        Evaluation always uses the full softmax, whatever the training loss.
+        """
+        device = next(iter(params.values())).device
+        correct = 0
+        total_loss = 0.0
+        for start in range(0, len(y), batch_size):
+            xb = as_float(x[start : start + batch_size].to(device))
+            yb = y[start : start + batch_size].to(device)
+            logits, _ = self.forward(params, buffers, xb, train=False)
+            correct += int((logits.argmax(dim=-1) == yb).sum())
+            total_loss += float(ce(logits, yb).sum())
+        n = max(len(y), 1)
+        return correct / n, total_loss / n

@@ -1,0 +1,103 @@
+"""What every engine shares: the clients' data, their persistent state, and the ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.task import Batch, Task
+from fedretain.core.tree import Tree, tree_allfinite
+from fedretain.data.base import Dataset, as_float
+from fedretain.engines.ledger import Ledger
+from fedretain.errors import FedRetainError
+
+
+class DivergenceError(FedRetainError):
+    """NaN or Inf appeared in a client's update or in the global model."""
+
+
+@dataclass(frozen=True)
+class LocalSpec:
+    """How each client trains in a round."""
+
+    batch_size: int
+    epochs: int = 1
+    steps: int = 0  # > 0: exactly this many mini-batches instead of epochs
+
+
+class EngineBase:
+    """Holds the federation: client data (as index arrays), client states, the ledger."""
+
+    name = "base"
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        task: Task,
+        dataset: Dataset,
+        parts: list[np.ndarray],
+        local: LocalSpec,
+        *,
+        seed: int,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.algorithm = algorithm
+        self.task = task
+        self.dataset = dataset
+        self.parts = parts
+        self.local = local
+        self.seed = seed
+        self.device = torch.device(device)
+        self.store: dict[int, Tree] = {}
+        self.ledger = Ledger()
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.parts)
+
+    def client_data(self, cid: int) -> Batch:
+        """The client's whole training data as one batch on the engine's device."""
+        idx = torch.from_numpy(self.parts[cid])
+        y = self.dataset.y_train[idx].to(self.device)
+        label_mask = torch.zeros(self.dataset.num_classes, dtype=torch.bool, device=self.device)
+        if y.dtype.is_floating_point:  # regression targets: no label set
+            label_mask[:] = True
+        else:
+            label_mask[y] = True
+        return {
+            "x": as_float(self.dataset.x_train[idx].to(self.device)),
+            "y": y,
+            "w": torch.ones(len(idx), device=self.device),
+            "label_mask": label_mask,
+        }
+
+    def context(self, cid: int, info: RoundInfo, data: Batch) -> ClientContext:
+        return ClientContext(
+            task=self.task, info=info, client_id=cid, num_samples=len(self.parts[cid]), data=data
+        )
+
+    def client_state(self, cid: int, server_state: Tree) -> Tree:
+        """The client's persistent state, initialised at its first participation."""
+        if cid in self.store:
+            return self.store[cid]
+        return self.algorithm.client_init(server_state["x"])
+
+    def keep_client_state(self, cid: int, state: Tree) -> None:
+        if state:
+            self.store[cid] = state
+
+    def check_payload(self, payload: Tree, declared: tuple[str, ...], what: str) -> None:
+        if tuple(payload) != declared:
+            raise RuntimeError(
+                f"{self.algorithm.name} sent {what} keys {tuple(payload)}, declared {declared}"
+            )
+
+    def check_finite(self, tree: Tree, rnd: int, where: str) -> None:
+        if not tree_allfinite(tree):
+            raise DivergenceError(
+                f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
+                "lower lr (or lr_schedule), or check the data"
+            )

@@ -1,0 +1,45 @@
+"""The ledger: bytes that cross the network, per client, per direction, per payload key.
+
+Engines record every downlink and uplink here, so an algorithm's communication cost (SCAFFOLD's
+2x, FedCurv's extra vectors) is counted from what it actually sends, never declared by hand.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from fedretain.core.tree import Tree, tree_bytes
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.by_key: dict[str, dict[str, int]] = {"down": defaultdict(int), "up": defaultdict(int)}
+        self.per_client: dict[int, dict[str, int]] = defaultdict(lambda: {"down": 0, "up": 0})
+
+    def record(self, client: int, direction: str, payload: Tree) -> int:
+        """Count one payload sent to (``down``) or from (``up``) a client; returns its bytes."""
+        if direction not in ("down", "up"):
+            raise ValueError(f"direction must be 'down' or 'up', got {direction!r}")
+        total = 0
+        for key, value in payload.items():
+            n = tree_bytes(value) if isinstance(value, dict) else tree_bytes({key: value})
+            self.by_key[direction][key] += n
+            total += n
+        self.per_client[client][direction] += total
+        return total
+
+    @property
+    def bytes_down(self) -> int:
+        return sum(self.by_key["down"].values())
+
+    @property
+    def bytes_up(self) -> int:
+        return sum(self.by_key["up"].values())
+
+    def summary(self) -> dict:
+        return {
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "bytes_up_by_key": dict(self.by_key["up"]),
+            "bytes_down_by_key": dict(self.by_key["down"]),
+        }

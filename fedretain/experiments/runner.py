@@ -1,0 +1,220 @@
+"""Run one experiment from a :class:`Config` and write its results folder.
+
+The folder (the results contract later tools read):
+
+- ``config.toml``: the fully resolved configuration;
+- ``metrics.jsonl``: one JSON object per evaluated round (``round``, ``test_accuracy``,
+  ``test_loss``, ``train_loss``, ``lr``, cumulative ``bytes_up``/``bytes_down`` and
+  ``seconds`` of wall time); round 0 is the initial model;
+- ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
+  ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
+- ``accuracy.png``: the accuracy curve.
+
+Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedretain.algorithms import build_algorithm
+from fedretain.core.optim import OPTIMIZERS, Optimizer
+from fedretain.core.task import Task
+from fedretain.core.tree import tree_numel
+from fedretain.data.datasets import load_dataset
+from fedretain.data.partition import make_partition, train_val_split
+from fedretain.engines.base import LocalSpec
+from fedretain.engines.sequential import SequentialEngine
+from fedretain.errors import ConfigError, DataError
+from fedretain.experiments.config import Config, resolved
+from fedretain.experiments.plots import plot_curves
+from fedretain.experiments.results import write_json, write_jsonl, write_toml
+from fedretain.losses import get_loss
+from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
+from fedretain.models import build_model
+
+ENGINES = {"sequential": SequentialEngine}
+
+
+def build_optimizer(cfg: Config) -> Optimizer:
+    if cfg.optimizer == "sgd":
+        return OPTIMIZERS["sgd"](momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    return OPTIMIZERS["adam"](weight_decay=cfg.weight_decay)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asked for, but torch finds no CUDA GPU; use device=cpu")
+    return torch.device(name)
+
+
+class Progress:
+    """A progress bar (round, accuracy, ETA) on a terminal; silent otherwise."""
+
+    def __init__(self, label: str, total: int, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = None
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self.bar = RichProgress(
+                TextColumn(f"[bold]{label}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("acc {task.fields[acc]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self.task = self.bar.add_task(label, total=total, acc="-")
+
+    def __enter__(self) -> Progress:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def update(self, rnd: int, acc: float | None) -> None:
+        if self.bar is not None:
+            fields = {"acc": f"{acc:.4f}"} if acc is not None else {}
+            self.bar.update(self.task, completed=rnd, **fields)
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Everything a run needs, built from the config: data, partition, task, algorithm."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
+    parts = make_partition(
+        cfg.partition,
+        dataset.train_labels,
+        cfg.clients,
+        cfg.seed,
+        groups=dataset.groups,
+        **cfg.partition_params,
+    )
+    val_parts = None
+    if cfg.val_fraction > 0:
+        parts, val_parts = train_val_split(parts, cfg.val_fraction, cfg.seed)
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise DataError(
+            f"partition {cfg.partition} left {len(empty)} of {len(parts)} clients without "
+            f"training data (first: client {empty[0]}); use fewer clients or a partition "
+            "parameter that guarantees samples (e.g. partition.min_samples=1)"
+        )
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
+    task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
+    algorithm = build_algorithm(cfg.algorithm, opt=build_optimizer(cfg), **cfg.algo)
+    engine = ENGINES[cfg.engine](
+        algorithm,
+        task,
+        dataset,
+        parts,
+        LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps),
+        seed=cfg.seed,
+        device=device,
+    )
+    return {
+        "dataset": dataset,
+        "parts": parts,
+        "val_parts": val_parts,
+        "task": task,
+        "algorithm": algorithm,
+        "engine": engine,
+    }
+
+
+def run_experiment(cfg: Config, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
+    """Run ``cfg`` and write its results folder ``out``; returns the summary."""
+    out = Path(out)
+    parts = prepare(cfg)
+    dataset, task, algorithm, engine = (
+        parts["dataset"],
+        parts["task"],
+        parts["algorithm"],
+        parts["engine"],
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    write_toml(out / "config.toml", resolved(cfg))
+    params, buffers = task.init()
+    server_state = algorithm.server_init(params, buffers)
+    x_test, y_test = dataset.x_test, dataset.y_test
+
+    start = time.perf_counter()
+    records: list[dict[str, Any]] = []
+
+    def evaluate(rnd: int, train_loss: float | None) -> dict[str, Any]:
+        p, b = algorithm.global_model(server_state)
+        acc, loss = task.evaluate(p, b, x_test, y_test, cfg.eval_batch_size)
+        record = {
+            "round": rnd,
+            "test_accuracy": acc,
+            "test_loss": loss,
+            "train_loss": train_loss,
+            "lr": cfg.lr_at(max(rnd - 1, 0)),
+            "bytes_up": engine.ledger.bytes_up,
+            "bytes_down": engine.ledger.bytes_down,
+            "seconds": time.perf_counter() - start,
+        }
+        records.append(record)
+        write_jsonl(out / "metrics.jsonl", records)
+        return record
+
+    evaluate(0, None)
+    bar = Progress(cfg.label, cfg.rounds, progress) if progress is not False else nullcontext()
+    with bar:
+        for rnd in range(cfg.rounds):
+            server_state, m = engine.run_round(
+                server_state, rnd, cfg.lr_at(rnd), cfg.clients_per_round
+            )
+            done = rnd + 1
+            acc = None
+            if done % cfg.eval_every == 0 or done == cfg.rounds:
+                acc = evaluate(done, m["train_loss"])["test_accuracy"]
+            if isinstance(bar, Progress):
+                bar.update(done, acc)
+
+    final = records[-1]
+    summary = {
+        "name": cfg.label,
+        "algorithm": cfg.algorithm,
+        "final_accuracy": final["test_accuracy"],
+        "final_loss": final["test_loss"],
+        "top_accuracy": top_accuracy(records),
+        "rounds": cfg.rounds,
+        "rounds_to": rounds_to_targets(records, cfg.targets),
+        "wall_seconds": time.perf_counter() - start,
+        "num_params": tree_numel(params),
+        "clients": len(parts["parts"]),
+        "client_samples": {
+            "min": int(min(len(p) for p in parts["parts"])),
+            "median": float(np.median([len(p) for p in parts["parts"]])),
+            "max": int(max(len(p) for p in parts["parts"])),
+        },
+        "clients_with_state": len(engine.store),
+        **engine.ledger.summary(),
+    }
+    write_json(out / "summary.json", summary)
+    plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} on {cfg.dataset}")
+    return summary

@@ -1,0 +1,54 @@
+"""Task evaluates a module functionally: its gradient equals autograd's on the module."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedretain.core.task import Task
+from fedretain.losses import get_loss
+
+
+def test_functional_gradient_matches_autograd():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 5), nn.ReLU(), nn.Linear(5, 3))
+    task = Task(model, get_loss("ce"), num_classes=3)
+    params, buffers = task.init()
+    x, y = torch.randn(8, 3, 4), torch.randint(0, 3, (8,))
+    batch = {"x": x, "y": y, "w": torch.ones(8)}
+    grads, loss, _ = task.grad(params, buffers, batch)
+    ref = F.cross_entropy(model(x), y)
+    ref.backward()
+    assert torch.allclose(loss, ref.detach())
+    for name, p in model.named_parameters():
+        assert torch.allclose(grads[name], p.grad, atol=1e-6)
+
+
+def test_padding_weights_remove_examples():
+    torch.manual_seed(0)
+    task = Task(nn.Linear(4, 3), get_loss("ce"), num_classes=3)
+    params, buffers = task.init()
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    w = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    padded, _ = task.batch_loss(params, buffers, {"x": x, "y": y, "w": w})
+    real, _ = task.batch_loss(params, buffers, {"x": x[:3], "y": y[:3], "w": torch.ones(3)})
+    assert torch.allclose(padded, real)
+
+
+def test_soft_labels_equal_hard_labels_when_one_hot():
+    logits = torch.randn(4, 5)
+    y = torch.tensor([0, 3, 1, 4])
+    ce = get_loss("ce")
+    assert torch.allclose(ce(logits, y, None), ce(logits, F.one_hot(y, 5).float(), None))
+
+
+def test_batchnorm_statistics_update_functionally():
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    task = Task(model, get_loss("ce"), num_classes=2)
+    params, buffers = task.init()
+    before = {k: v.clone() for k, v in buffers.items()}
+    batch = {"x": torch.randn(16, 3) * 5 + 2, "y": torch.randint(0, 2, (16,)), "w": torch.ones(16)}
+    _, _, new_buffers = task.grad(params, buffers, batch)
+    assert not torch.equal(new_buffers["1.running_mean"], before["1.running_mean"])
+    assert torch.equal(buffers["1.running_mean"], before["1.running_mean"])  # input untouched
+    acc, loss = task.evaluate(params, new_buffers, batch["x"], batch["y"])
+    assert 0 <= acc <= 1 and loss > 0

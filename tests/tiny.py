@@ -1,0 +1,55 @@
+"""A federation small enough to compute by hand.
+
+Model: ``f(x) = w x`` with one weight ``w`` (``nn.Linear(1, 1, bias=False)``), loss
+``½ (w x − y)²`` per example, so the gradient of a batch mean is ``mean((w x − y) x)``.
+Client 0 holds ``(x, y) = (1, 2)``; client 1 holds two copies of ``(2, 0)``.
+With ``batch_size = 2`` every local epoch is one full-batch step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedretain.core.algorithm import Algorithm
+from fedretain.core.task import Task
+from fedretain.data.base import Dataset
+from fedretain.engines.base import LocalSpec
+from fedretain.engines.sequential import SequentialEngine
+
+
+def half_squared_error(pred: Tensor, y: Tensor, label_mask: Tensor | None = None) -> Tensor:
+    return 0.5 * (pred.squeeze(-1) - y) ** 2
+
+
+def tiny_dataset() -> Dataset:
+    x = torch.tensor([[1.0], [2.0], [2.0]])
+    y = torch.tensor([2.0, 0.0, 0.0])
+    return Dataset("tiny", x, y, x, y, num_classes=1)
+
+
+TINY_PARTS = [np.array([0]), np.array([1, 2])]
+
+
+def tiny_engine(algorithm: Algorithm, epochs: int = 1, w0: float = 1.0) -> SequentialEngine:
+    model = nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(w0)
+    task = Task(model, half_squared_error, num_classes=1)
+    return SequentialEngine(
+        algorithm, task, tiny_dataset(), TINY_PARTS, LocalSpec(batch_size=2, epochs=epochs), seed=0
+    )
+
+
+def run_rounds(engine: SequentialEngine, rounds: int, lr: float = 0.1) -> dict:
+    """Run ``rounds`` rounds with both clients sampled; returns the server state."""
+    params, buffers = engine.task.init()
+    state = engine.algorithm.server_init(params, buffers)
+    for rnd in range(rounds):
+        state, _ = engine.run_round(state, rnd, lr, per_round=2)
+    return state
+
+
+def w(state: dict, key: str = "x") -> float:
+    return float(state[key]["weight"].reshape(()))

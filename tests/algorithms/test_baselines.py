@@ -99,7 +99,7 @@ def test_scaffold_refuses_local_momentum():
 
 
 def test_unknown_hyperparameter_is_named():
-    with pytest.raises(ConfigError, match="algo.mux.*algo.mu"):
+    with pytest.raises(ConfigError, match=r"algo\.mux.*algo\.mu"):
         build_algorithm("fedprox", mux=1.0)
 
 

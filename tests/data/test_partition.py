@@ -478,7 +478,7 @@ def test_fixed_uses_every_class_capacity_at_the_maximum(mnist_labels):
         fixed(mnist_labels, most + 1, 0)
     assert str(e.value) == (
         f"partition=fixed with per_client=24: these 60000 labels fill at most {most} "
-        f"single-class clients, asked for {most + 1}; use num_clients <= {most} or a smaller "
+        f"single-class clients, asked for {most + 1}; use clients <= {most} or a smaller "
         "partition.per_client"
     )
 
@@ -555,7 +555,7 @@ def test_natural_too_many_clients():
         make_partition("natural", np.zeros(10, dtype=np.int64), 5, 0, groups=g)
     assert str(e.value) == (
         "partition=natural: the dataset has 4 groups (natural clients), asked for "
-        "num_clients=5; use num_clients <= 4"
+        "clients=5; use clients <= 4"
     )
     with pytest.raises(DataError, match=r"has 4 groups"):
         make_partition("natural", np.zeros(10, dtype=np.int64), 11, 0, groups=g)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prepare a fresh machine: a virtual environment with fedretain and its pinned dependencies,
+# and the Fashion-MNIST files (Debian package dataset-fashion-mnist) when they are missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import fedretain, pytest, ruff" 2>/dev/null \
+   || [ pyproject.toml -nt .venv/.fedretain-installed ]; then
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e '.[dev]'
+    touch .venv/.fedretain-installed
+fi
+
+FMNIST=/usr/share/datasets/fashion-mnist
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "installing Fashion-MNIST (Debian package dataset-fashion-mnist)"
+        apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null
+    else
+        echo "note: $FMNIST is missing; install it with 'sudo apt-get install dataset-fashion-mnist'" \
+             "(the tests that need it are skipped; the main job needs it)" >&2
+    fi
+fi

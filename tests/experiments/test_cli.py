@@ -1,0 +1,165 @@
+"""The command line end to end, on scikit-learn's digits (no files needed) and small IDX files."""
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedretain.cli import main
+from fedretain.experiments.results import read_jsonl
+
+FAST = [
+    "dataset=digits",
+    "model=mlp",
+    "model.hidden=[32]",
+    "clients=10",
+    "clients_per_round=4",
+    "rounds=3",
+    "batch_size=20",
+    "lr=0.1",
+    "partition=shards",
+]
+
+
+def run_cli(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_run_writes_the_results_contract(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, _ = run_cli(["run", *FAST, "algorithm=scaffold", "--out", str(out)], capsys)
+    assert code == 0 and "final accuracy" in stdout
+    for name in ("config.toml", "metrics.jsonl", "summary.json", "accuracy.png"):
+        assert (out / name).is_file(), name
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["round"] for r in rows] == [0, 1, 2, 3]
+    for key in ("test_accuracy", "test_loss", "bytes_up", "bytes_down", "seconds"):
+        assert key in rows[-1]
+    assert rows[-1]["bytes_up"] > rows[1]["bytes_up"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("final_accuracy", "top_accuracy", "rounds", "bytes_up", "bytes_down"):
+        assert key in summary
+    assert summary["final_accuracy"] == rows[-1]["test_accuracy"]
+    assert set(summary["rounds_to"]) == {"0.5", "0.6", "0.7", "0.8", "0.9"}
+    assert summary["clients_with_state"] > 0
+    assert not list(out.glob(".*.tmp"))  # no temporary files left behind
+
+
+def test_same_seed_same_metrics_other_seed_differs(tmp_path, capsys):
+    def metrics(name, seed):
+        run_cli(["run", *FAST, f"seed={seed}", "--out", str(tmp_path / name)], capsys)
+        rows = read_jsonl(tmp_path / name / "metrics.jsonl")
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+    a, b, c = metrics("a", 0), metrics("b", 0), metrics("c", 1)
+    assert a == b
+    assert a != c
+
+
+def test_learning_happens_on_digits(tmp_path, capsys):
+    args = [*FAST[:-1], "partition=iid", "rounds=8", "local_epochs=2"]
+    run_cli(["run", *args, "--out", str(tmp_path / "r")], capsys)
+    rows = read_jsonl(tmp_path / "r" / "metrics.jsonl")
+    assert rows[-1]["test_accuracy"] > 0.8 > rows[0]["test_accuracy"]
+
+
+def test_compare_writes_report_and_plots(tmp_path, capsys):
+    for algo in ("sgd", "fedavg"):
+        run_cli(["run", *FAST, f"algorithm={algo}", "--out", str(tmp_path / algo)], capsys)
+    report = tmp_path / "report"
+    code, _, _ = run_cli(
+        [
+            "compare",
+            str(tmp_path / "sgd"),
+            str(tmp_path / "fedavg"),
+            "--out",
+            str(report),
+            "--reference",
+            str(tmp_path / "sgd"),
+        ],
+        capsys,
+    )
+    assert code == 0
+    text = (report / "report.md").read_text()
+    assert "| sgd |" in text and "| fedavg |" in text and "R_0.9" in text
+    assert (report / "accuracy_vs_round.png").stat().st_size > 1000
+    assert (report / "accuracy_vs_bytes.png").stat().st_size > 1000
+
+
+def test_list_prints_one_line_each(capsys):
+    code, out, _ = run_cli(["list", "algorithms"], capsys)
+    assert code == 0
+    names = [line.split()[0] for line in out.strip().splitlines()]
+    assert names == ["sgd", "fedavg", "fedavgm", "fedprox", "fedproxm", "scaffold"]
+
+
+def test_partition_command_prints_summary_and_heatmap(tmp_path, capsys):
+    png = tmp_path / "heat.png"
+    code, out, _ = run_cli(
+        [
+            "partition",
+            "dataset=digits",
+            "clients=20",
+            "partition=dirichlet",
+            "partition.alpha=0.1",
+            "--out",
+            str(png),
+        ],
+        capsys,
+    )
+    assert code == 0 and "20" in out and png.stat().st_size > 1000
+
+
+def _corrupt_idx_dir(tmp_path):
+    d = tmp_path / "fm"
+    d.mkdir()
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
+        (d / f"{name}.gz").write_bytes(gzip.compress(b"\x00\x00\x08\x03" + b"\x00" * 7))
+    return d
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["algorithm=fedavgg"], "unknown algorithm 'fedavgg'"),
+        (["partition=dirichlet", "partition.alpha=0"], "alpha"),
+        (["partition=dirichlet", "partition.alpha=-1"], "alpha"),
+        (["clients=5000", "clients_per_round=10"], "clients"),
+        (["dataset=fashion-mnist", "data_dir=/nonexistent/fm"], "/nonexistent/fm"),
+        (["--config", "BAD_TOML"], "not valid TOML"),
+        (["dataset=fashion-mnist", "data_dir=CORRUPT"], "corrupt|truncated"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("rounds = [\n")
+    corrupt = _corrupt_idx_dir(tmp_path)
+    args = [a.replace("BAD_TOML", str(bad)).replace("CORRUPT", str(corrupt)) for a in args]
+    fast = [a for a in FAST if not a.startswith(("partition=", "clients="))]
+    if any(a.startswith("dataset=") for a in args):
+        fast = [a for a in fast if not a.startswith("dataset=")]
+    code, _, err = run_cli(["run", *fast, *args, "--out", str(tmp_path / "x")], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert __import__("re").search(message, lines[0]), lines[0]
+
+
+def test_error_from_a_real_process_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedretain.cli", "run", "algorithm=nope", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: unknown algorithm 'nope'")

@@ -36,20 +36,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_partition(args: argparse.Namespace) -> int:
     from fedretain.data.datasets import load_dataset
-    from fedretain.data.partition import class_counts, make_partition, summary
+    from fedretain.data.partition import class_counts, summary
     from fedretain.experiments.config import load_config
     from fedretain.experiments.plots import plot_partition
+    from fedretain.experiments.runner import make_clients
 
     cfg = load_config(args.config, args.overrides)
     ds = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
-    parts = make_partition(
-        cfg.partition,
-        ds.train_labels,
-        cfg.clients,
-        cfg.seed,
-        groups=ds.groups,
-        **cfg.partition_params,
-    )
+    parts = make_clients(cfg, ds)
     print(summary(parts, ds.train_labels, ds.num_classes))
     if args.out:
         plot_partition(class_counts(parts, ds.train_labels, ds.num_classes), args.out)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.func import grad
 
 from fedretain.core.algorithm import ClientContext, LocalInitFn, LocalStepFn
 from fedretain.core.optim import Optimizer
@@ -57,7 +56,7 @@ def make_local_step(
             total = loss + penalty(p, state) if penalty is not None else loss
             return total, (loss.detach(), new_buffers)
 
-        grads, (loss, new_buffers) = grad(objective, has_aux=True)(state["params"])
+        grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
         if correct is not None:
             grads = correct(grads, state)
         params, opt_state = opt.update(grads, state["opt"], state["params"], state["lr"])

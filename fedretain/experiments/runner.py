@@ -28,6 +28,7 @@ from fedretain.algorithms import build_algorithm
 from fedretain.core.optim import OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
 from fedretain.core.tree import tree_numel
+from fedretain.data.base import Dataset
 from fedretain.data.datasets import load_dataset
 from fedretain.data.partition import make_partition, train_val_split
 from fedretain.engines.base import LocalSpec
@@ -98,13 +99,9 @@ class Progress:
             self.bar.update(self.task, completed=rnd, **fields)
 
 
-def prepare(cfg: Config) -> dict[str, Any]:
-    """Everything a run needs, built from the config: data, partition, task, algorithm."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = resolve_device(cfg.device)
-    dataset = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
-    parts = make_partition(
+def make_clients(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
+    """The config's partition of the dataset's training samples over ``cfg.clients``."""
+    return make_partition(
         cfg.partition,
         dataset.train_labels,
         cfg.clients,
@@ -112,6 +109,15 @@ def prepare(cfg: Config) -> dict[str, Any]:
         groups=dataset.groups,
         **cfg.partition_params,
     )
+
+
+def prepare(cfg: Config) -> dict[str, Any]:
+    """Everything a run needs, built from the config: data, partition, task, algorithm."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
+    parts = make_clients(cfg, dataset)
     val_parts = None
     if cfg.val_fraction > 0:
         parts, val_parts = train_val_split(parts, cfg.val_fraction, cfg.seed)

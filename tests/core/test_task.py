@@ -52,3 +52,23 @@ def test_batchnorm_statistics_update_functionally():
     assert torch.equal(buffers["1.running_mean"], before["1.running_mean"])  # input untouched
     acc, loss = task.evaluate(params, new_buffers, batch["x"], batch["y"])
     assert 0 <= acc <= 1 and loss > 0
+
+
+def test_autograd_and_functional_paths_agree():
+    from dataclasses import replace
+
+    from torch.func import vmap
+
+    torch.manual_seed(0)
+    task = Task(nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)), get_loss("ce"), 3)
+    params, buffers = task.init()
+    batch = {"x": torch.randn(5, 4), "y": torch.randint(0, 3, (5,)), "w": torch.ones(5)}
+    g_auto, loss_auto, _ = task.grad(params, buffers, batch)
+    g_func, loss_func, _ = replace(task, functional=True).grad(params, buffers, batch)
+    assert torch.allclose(loss_auto, loss_func)
+    for k in g_auto:
+        assert torch.allclose(g_auto[k], g_func[k], atol=1e-6)
+    # under vmap the wrapped tensors select the functional path by themselves
+    stacked = {k: torch.stack([v, v]) for k, v in params.items()}
+    per_client = vmap(lambda p: task.grad(p, buffers, batch)[0])(stacked)
+    assert torch.allclose(per_client["0.weight"][1], g_auto["0.weight"], atol=1e-6)

@@ -4,6 +4,7 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,8 +32,9 @@ def run_cli(argv, capsys):
 
 def test_run_writes_the_results_contract(tmp_path, capsys):
     out = tmp_path / "run"
-    code, stdout, _ = run_cli(["run", *FAST, "algorithm=scaffold", "--out", str(out)], capsys)
+    code, stdout, stderr = run_cli(["run", *FAST, "algorithm=scaffold", "--out", str(out)], capsys)
     assert code == 0 and "final accuracy" in stdout
+    assert stderr == ""  # the progress bar stays quiet when stderr is not a terminal
     for name in ("config.toml", "metrics.jsonl", "summary.json", "accuracy.png"):
         assert (out / name).is_file(), name
     rows = read_jsonl(out / "metrics.jsonl")
@@ -163,3 +165,27 @@ def test_error_from_a_real_process_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: unknown algorithm 'nope'")
+
+
+FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
+
+
+@pytest.mark.skipif(not FMNIST.exists(), reason="apt-get install dataset-fashion-mnist")
+def test_real_fashion_mnist_pathological_run(tmp_path, capsys):
+    args = [
+        "dataset=fashion-mnist",
+        "model=mlp",
+        "model.hidden=[64]",
+        "partition=shards",
+        "partition.classes_per_client=2",
+        "clients=100",
+        "clients_per_round=5",
+        "rounds=3",
+        "lr=0.05",
+        "eval_batch_size=5000",
+    ]
+    code, _, _ = run_cli(["run", *args, "--out", str(tmp_path / "fm")], capsys)
+    assert code == 0
+    summary = json.loads((tmp_path / "fm" / "summary.json").read_text())
+    assert summary["client_samples"]["min"] == summary["client_samples"]["max"] == 600
+    assert summary["final_accuracy"] > 0.3  # 10 % is chance on 10 classes

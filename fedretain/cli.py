@@ -13,15 +13,50 @@ from fedretain.errors import FedRetainError
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from fedretain.errors import ConfigError
     from fedretain.experiments.config import load_config
     from fedretain.experiments.runner import run_experiment
 
-    cfg = load_config(args.config, args.overrides)
-    summary = run_experiment(cfg, args.out)
+    if args.resume:
+        out = Path(args.resume)
+        if args.config or (args.out and Path(args.out).resolve() != out.resolve()):
+            raise ConfigError(
+                "--resume DIR continues DIR with its own config.toml; drop --config/--out"
+            )
+        if not (out / "config.toml").is_file():
+            raise ConfigError(f"cannot resume {out}: it holds no config.toml of a fedretain run")
+        cfg = load_config(out / "config.toml", args.overrides)
+    elif not args.out:
+        raise ConfigError("run needs --out DIR for its results (or --resume DIR to continue one)")
+    else:
+        out = Path(args.out)
+        cfg = load_config(args.config, args.overrides)
+    summary = run_experiment(cfg, out, resume=bool(args.resume))
     print(
         f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "
         f"top {summary['top_accuracy']:.4f}, {summary['rounds']} rounds, "
-        f"{summary['bytes_up'] / 1e6:.1f} MB up, {summary['wall_seconds']:.1f} s -> {args.out}"
+        f"{summary['bytes_up'] / 1e6:.1f} MB up, {summary['wall_seconds']:.1f} s -> {out}"
+    )
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from fedretain.core.tree import tree_numel
+    from fedretain.experiments.config import load_config
+    from fedretain.experiments.runner import prepare
+
+    configs = [a for a in args.items if a.endswith(".toml") and "=" not in a]
+    overrides = [a for a in args.items if a not in configs]
+    if len(configs) > 1:
+        raise FedRetainError(f"validate takes one config file, got {', '.join(configs)}")
+    cfg = load_config(configs[0] if configs else None, overrides)
+    built = prepare(cfg)  # loads the data, splits it, builds the model and the algorithm
+    sizes = [len(p) for p in built["parts"]]
+    params, _ = built["task"].init()
+    print(
+        f"ok: {cfg.algorithm} on {cfg.dataset} ({len(built['dataset'].y_train)} training samples) "
+        f"over {len(sizes)} clients of {min(sizes)}-{max(sizes)} samples ({cfg.partition}), "
+        f"model {cfg.model} with {tree_numel(params):,} parameters, {cfg.rounds} rounds"
     )
     return 0
 
@@ -80,9 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run one experiment and write its results folder")
     run.add_argument("--config", help="a TOML file of settings")
-    run.add_argument("--out", required=True, help="results folder to write")
+    run.add_argument("--out", help="results folder to write")
+    run.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint")
     run.add_argument("overrides", nargs="*", help="KEY=VALUE settings, e.g. algorithm=scaffold")
     run.set_defaults(fn=_cmd_run)
+
+    val = sub.add_parser("validate", help="check a configuration (and its data) without training")
+    val.add_argument("items", nargs="*", help="[exp.toml] [KEY=VALUE ...]")
+    val.set_defaults(fn=_cmd_validate)
 
     cmp_ = sub.add_parser("compare", help="compare results folders: table and plots")
     cmp_.add_argument("dirs", nargs="+", help="results folders of `fedretain run`")

@@ -15,6 +15,7 @@ file is rejected with a :class:`DataError` before anything in it runs.
 
 from __future__ import annotations
 
+import codecs
 import pickle
 import struct
 from pathlib import Path
@@ -49,6 +50,9 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
+    # Python 3 writes bytes in protocol-2 pickles as _codecs.encode(str, "latin1"): a pure
+    # str -> bytes conversion that runs nothing
+    ("_codecs", "encode"): codecs.encode,
 }
 
 
@@ -95,6 +99,8 @@ def load_pickle(path: Path, how_to_get: str = "") -> Any:
         AttributeError,
         IndexError,
         KeyError,
+        LookupError,
+        OverflowError,
         struct.error,
         MemoryError,
         RecursionError,

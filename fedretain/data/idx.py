@@ -104,6 +104,9 @@ def _corrupt(path: Path, why: str, how_to_get: str) -> DataError:
     return DataError(f"{path} is truncated or corrupt ({why}); re-install or re-download it{fix}")
 
 
+_CHUNK = 1 << 24
+
+
 def _read_upto(stream: BinaryIO, n: int) -> bytes:
     data = stream.read(n)
     return data if data is not None else b""
@@ -144,24 +147,23 @@ def read_idx(path: Path, ndim: int | None = None, how_to_get: str = "") -> np.nd
                     )
             elif count > _MAX_BYTES:
                 raise _corrupt(path, f"implausible sizes {shape} in its header", how_to_get)
-            out = np.empty(count, dtype=np.uint8)
-            view = memoryview(out)
-            filled = 0
-            while filled < count:
-                got = stream.readinto(view[filled:])
-                if not got:
+            # read in chunks: memory grows with the data really there, never with what a
+            # (possibly corrupt) header claims
+            data = bytearray()
+            while len(data) <= count:
+                chunk = _read_upto(stream, min(_CHUNK, count + 1 - len(data)))
+                if not chunk:
                     break
-                filled += got
-            if filled < count:
+                data += chunk
+            if len(data) != count:
+                more = "fewer" if len(data) < count else "more"
+                shown = len(data) if len(data) < count else f"> {count}"
                 raise _corrupt(
                     path,
-                    f"fewer data bytes ({filled}) than sizes {shape} need ({count})",
+                    f"{more} data bytes ({shown}) than sizes {shape} need ({count})",
                     how_to_get,
                 )
-            if _read_upto(stream, 1):
-                raise _corrupt(
-                    path, f"more data bytes than sizes {shape} need ({count})", how_to_get
-                )
+            out = np.frombuffer(data, dtype=np.uint8)
     except DataError:
         raise
     except gzip.BadGzipFile as exc:

@@ -43,6 +43,7 @@ class EngineBase:
         *,
         seed: int,
         device: str | torch.device = "cpu",
+        on_divergence: str = "stop",
     ) -> None:
         self.algorithm = algorithm
         self.task = task
@@ -51,6 +52,7 @@ class EngineBase:
         self.local = local
         self.seed = seed
         self.device = torch.device(device)
+        self.on_divergence = on_divergence  # "stop" raises, "skip" drops the client's update
         self.store: dict[int, Tree] = {}
         self.ledger = Ledger()
 
@@ -97,7 +99,8 @@ class EngineBase:
 
     def check_finite(self, tree: Tree, rnd: int, where: str) -> None:
         if not tree_allfinite(tree):
+            hint = " (or on_divergence=skip to drop such updates)" if "client" in where else ""
             raise DivergenceError(
                 f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
-                "lower lr (or lr_schedule), or check the data"
+                f"lower lr (or lr_schedule), or check the data{hint}"
             )

@@ -36,6 +36,21 @@ class Ledger:
     def bytes_up(self) -> int:
         return sum(self.by_key["up"].values())
 
+    def state(self) -> dict:
+        """Everything counted so far, JSON-ready (for checkpoints)."""
+        return {
+            "by_key": {d: dict(v) for d, v in self.by_key.items()},
+            "per_client": {str(c): dict(v) for c, v in self.per_client.items()},
+        }
+
+    def load_state(self, state: dict) -> None:
+        for d in ("down", "up"):
+            self.by_key[d].clear()
+            self.by_key[d].update(state["by_key"][d])
+        self.per_client.clear()
+        for c, v in state["per_client"].items():
+            self.per_client[int(c)] = dict(v)
+
     def summary(self) -> dict:
         return {
             "bytes_up": self.bytes_up,

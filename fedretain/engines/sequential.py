@@ -6,12 +6,14 @@ order), collect the uplinks, aggregate them stacked on a client axis, keep the c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
 from fedretain.core.algorithm import RoundInfo
 from fedretain.core.tree import Tree, tree_stack
-from fedretain.engines.base import EngineBase
+from fedretain.engines.base import DivergenceError, EngineBase
 from fedretain.engines.schedule import batch_plan, sample_clients
 
 
@@ -44,9 +46,10 @@ class SequentialEngine(EngineBase):
             losses.append(metrics["loss"])
         uplink, new_client_state = algo.local_final(state, client_state, ctx)
         self.check_payload(uplink, algo.uplink_keys, "uplink")
-        self.check_finite(uplink, info.round, f"the update of client {cid}")
+        loss = torch.stack(losses).mean()
+        self.check_finite({"loss": loss, **uplink}, info.round, f"the update of client {cid}")
         self.keep_client_state(cid, new_client_state)
-        return uplink, float(torch.stack(losses).mean()) if losses else float("nan")
+        return uplink, float(loss)
 
     def run_round(
         self, server_state: Tree, rnd: int, lr: float, per_round: int
@@ -62,18 +65,28 @@ class SequentialEngine(EngineBase):
         )
         downlink = algo.broadcast(server_state, info)
         self.check_payload(downlink, algo.downlink_keys, "downlink")
-        uplinks, losses = [], []
+        uplinks, losses, kept = [], [], []
         for cid in info.clients:
             self.ledger.record(cid, "down", downlink)
-            uplink, loss = self.train_client(cid, downlink, info)
+            try:
+                uplink, loss = self.train_client(cid, downlink, info)
+            except DivergenceError:
+                if self.on_divergence != "skip":
+                    raise
+                continue
             self.ledger.record(cid, "up", uplink)
             uplinks.append(uplink)
             losses.append(loss)
+            kept.append(cid)
+        metrics = {"skipped_clients": float(len(info.clients) - len(kept))}
+        if not kept:  # every update diverged and was dropped: the global model stays
+            return server_state, {"train_loss": float("nan"), **metrics}
+        info = replace(info, clients=tuple(kept))
         weights = torch.tensor(
-            [len(self.parts[c]) for c in info.clients], dtype=torch.float32, device=self.device
+            [len(self.parts[c]) for c in kept], dtype=torch.float32, device=self.device
         )
         server_state, agg_metrics = algo.aggregate(server_state, tree_stack(uplinks), weights, info)
         self.check_finite(server_state["x"], rnd, "the global model after aggregation")
-        metrics = {"train_loss": float(np.mean(losses))}
+        metrics["train_loss"] = float(np.mean(losses))
         metrics.update({k: float(v) for k, v in agg_metrics.items()})
         return server_state, metrics

@@ -21,6 +21,7 @@ from typing import Any
 from fedretain.errors import ConfigError, unknown_choice
 
 ENGINES = ("sequential",)
+ON_DIVERGENCE = ("stop", "skip")
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -54,6 +55,8 @@ class Config:
     engine: str = "sequential"
     device: str = "cpu"
     threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    checkpoint_every: int = 10  # rounds between checkpoints (0: none); `run --resume` continues
+    on_divergence: str = "stop"  # NaN/Inf in a client's update: "stop" the run or "skip" it
     dataset_params: dict[str, Any] = field(default_factory=dict)
     partition_params: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
@@ -237,7 +240,7 @@ def validate(cfg: Config) -> None:
 
     _positive(cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every")
     _positive(cfg, "eval_batch_size", "local_epochs")
-    _positive(cfg, "local_steps", "seed", "threads", minimum=0)
+    _positive(cfg, "local_steps", "seed", "threads", "checkpoint_every", minimum=0)
     if cfg.clients_per_round > cfg.clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) cannot exceed clients ({cfg.clients})"
@@ -256,6 +259,8 @@ def validate(cfg: Config) -> None:
     parse_lr_schedule(cfg.lr_schedule)
     if cfg.engine not in ENGINES:
         raise ConfigError(unknown_choice("engine", cfg.engine, ENGINES))
+    if cfg.on_divergence not in ON_DIVERGENCE:
+        raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
     if cfg.optimizer not in OPTIMIZERS:
         raise ConfigError(unknown_choice("optimizer", cfg.optimizer, OPTIMIZERS))
     if cfg.loss not in LOSSES:

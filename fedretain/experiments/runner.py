@@ -8,7 +8,8 @@ The folder (the results contract later tools read):
   ``seconds`` of wall time); round 0 is the initial model;
 - ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
   ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
-- ``accuracy.png``: the accuracy curve.
+- ``accuracy.png``: the accuracy curve;
+- ``checkpoint/``: the state to continue from (every ``checkpoint_every`` rounds and at the end).
 
 Every file is written atomically.
 """
@@ -31,9 +32,10 @@ from fedretain.core.tree import tree_numel
 from fedretain.data.base import Dataset
 from fedretain.data.datasets import load_dataset
 from fedretain.data.partition import make_partition, train_val_split
-from fedretain.engines.base import LocalSpec
+from fedretain.engines.base import DivergenceError, LocalSpec
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.errors import ConfigError, DataError
+from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedretain.experiments.config import Config, resolved
 from fedretain.experiments.plots import plot_curves
 from fedretain.experiments.results import write_json, write_jsonl, write_toml
@@ -140,6 +142,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
         LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps),
         seed=cfg.seed,
         device=device,
+        on_divergence=cfg.on_divergence,
     )
     return {
         "dataset": dataset,
@@ -151,24 +154,87 @@ def prepare(cfg: Config) -> dict[str, Any]:
     }
 
 
-def run_experiment(cfg: Config, out: str | Path, progress: bool | None = None) -> dict[str, Any]:
-    """Run ``cfg`` and write its results folder ``out``; returns the summary."""
+# settings that may change when a run is resumed: they do not change the computation
+RESUMABLE = ("name", "rounds", "eval_every", "targets", "threads", "checkpoint_every", "device")
+
+
+def _fingerprint(cfg: Config) -> dict[str, Any]:
+    return {k: v for k, v in resolved(cfg).items() if k not in RESUMABLE}
+
+
+def _summary(
+    cfg: Config, records: list[dict[str, Any]], built: dict[str, Any], rounds_done: int
+) -> dict[str, Any]:
+    engine, parts = built["engine"], built["parts"]
+    final = records[-1]
+    sizes = [len(p) for p in parts]
+    return {
+        "name": cfg.label,
+        "algorithm": cfg.algorithm,
+        "final_accuracy": final["test_accuracy"],
+        "final_loss": final["test_loss"],
+        "top_accuracy": top_accuracy(records),
+        "rounds": rounds_done,
+        "rounds_to": rounds_to_targets(records, cfg.targets),
+        "wall_seconds": final["seconds"],
+        "num_params": tree_numel(built["task"].init()[0]),
+        "clients": len(parts),
+        "client_samples": {
+            "min": int(min(sizes)),
+            "median": float(np.median(sizes)),
+            "max": int(max(sizes)),
+        },
+        "clients_with_state": len(engine.store),
+        "skipped_updates": int(sum(r.get("skipped_clients", 0) for r in records)),
+        **engine.ledger.summary(),
+    }
+
+
+def run_experiment(
+    cfg: Config, out: str | Path, progress: bool | None = None, resume: bool = False
+) -> dict[str, Any]:
+    """Run ``cfg`` and write its results folder ``out``; returns the summary.
+
+    With ``resume``, continue from the checkpoint in ``out``: the metrics come out identical
+    to those of an uninterrupted run (apart from ``seconds``).
+    """
     out = Path(out)
-    parts = prepare(cfg)
+    built = prepare(cfg)
     dataset, task, algorithm, engine = (
-        parts["dataset"],
-        parts["task"],
-        parts["algorithm"],
-        parts["engine"],
+        built[k] for k in ("dataset", "task", "algorithm", "engine")
     )
+    x_test, y_test = dataset.x_test, dataset.y_test
+    records: list[dict[str, Any]] = []
+    skipped = 0.0
+
+    if resume:
+        ckpt = load_checkpoint(out, engine.device)
+        changed = [
+            k
+            for k in set(ckpt.fingerprint) | set(_fingerprint(cfg))
+            if ckpt.fingerprint.get(k) != _fingerprint(cfg).get(k)
+        ]
+        if changed:
+            raise ConfigError(
+                f"cannot resume {out}: {', '.join(sorted(changed))} differ from the checkpoint; "
+                f"only {', '.join(RESUMABLE)} may change"
+            )
+        server_state = ckpt.server
+        engine.store = ckpt.clients
+        engine.ledger.load_state(ckpt.ledger)
+        records = ckpt.records
+        first_round, elapsed0 = ckpt.round, ckpt.elapsed
+        torch.set_rng_state(ckpt.torch_rng)
+        if ckpt.cuda_rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ckpt.cuda_rng)
+        write_jsonl(out / "metrics.jsonl", records)
+    else:
+        params, buffers = task.init()
+        server_state = algorithm.server_init(params, buffers)
+        first_round, elapsed0 = 0, 0.0
     out.mkdir(parents=True, exist_ok=True)
     write_toml(out / "config.toml", resolved(cfg))
-    params, buffers = task.init()
-    server_state = algorithm.server_init(params, buffers)
-    x_test, y_test = dataset.x_test, dataset.y_test
-
     start = time.perf_counter()
-    records: list[dict[str, Any]] = []
 
     def evaluate(rnd: int, train_loss: float | None) -> dict[str, Any]:
         p, b = algorithm.global_model(server_state)
@@ -179,48 +245,60 @@ def run_experiment(cfg: Config, out: str | Path, progress: bool | None = None) -
             "test_loss": loss,
             "train_loss": train_loss,
             "lr": cfg.lr_at(max(rnd - 1, 0)),
+            "skipped_clients": skipped,
             "bytes_up": engine.ledger.bytes_up,
             "bytes_down": engine.ledger.bytes_down,
-            "seconds": time.perf_counter() - start,
+            "seconds": elapsed0 + time.perf_counter() - start,
         }
         records.append(record)
         write_jsonl(out / "metrics.jsonl", records)
         return record
 
-    evaluate(0, None)
-    bar = Progress(cfg.label, cfg.rounds, progress) if progress is not False else nullcontext()
-    with bar:
-        for rnd in range(cfg.rounds):
-            server_state, m = engine.run_round(
-                server_state, rnd, cfg.lr_at(rnd), cfg.clients_per_round
-            )
-            done = rnd + 1
-            acc = None
-            if done % cfg.eval_every == 0 or done == cfg.rounds:
-                acc = evaluate(done, m["train_loss"])["test_accuracy"]
-            if isinstance(bar, Progress):
-                bar.update(done, acc)
+    def checkpoint(done: int) -> None:
+        save_checkpoint(
+            out,
+            Checkpoint(
+                round=done,
+                server=server_state,
+                clients=engine.store,
+                ledger=engine.ledger.state(),
+                records=records,
+                elapsed=elapsed0 + time.perf_counter() - start,
+                torch_rng=torch.get_rng_state(),
+                cuda_rng=torch.cuda.get_rng_state_all() if engine.device.type == "cuda" else [],
+                fingerprint=_fingerprint(cfg),
+            ),
+        )
 
-    final = records[-1]
-    summary = {
-        "name": cfg.label,
-        "algorithm": cfg.algorithm,
-        "final_accuracy": final["test_accuracy"],
-        "final_loss": final["test_loss"],
-        "top_accuracy": top_accuracy(records),
-        "rounds": cfg.rounds,
-        "rounds_to": rounds_to_targets(records, cfg.targets),
-        "wall_seconds": time.perf_counter() - start,
-        "num_params": tree_numel(params),
-        "clients": len(parts["parts"]),
-        "client_samples": {
-            "min": int(min(len(p) for p in parts["parts"])),
-            "median": float(np.median([len(p) for p in parts["parts"]])),
-            "max": int(max(len(p) for p in parts["parts"])),
-        },
-        "clients_with_state": len(engine.store),
-        **engine.ledger.summary(),
-    }
+    if not records:
+        evaluate(0, None)
+    done = first_round
+    bar = Progress(cfg.label, cfg.rounds, progress) if progress is not False else nullcontext()
+    try:
+        with bar:
+            for rnd in range(first_round, cfg.rounds):
+                server_state, m = engine.run_round(
+                    server_state, rnd, cfg.lr_at(rnd), cfg.clients_per_round
+                )
+                done = rnd + 1
+                skipped += m.get("skipped_clients", 0.0)
+                acc = None
+                if done % cfg.eval_every == 0 or done == cfg.rounds:
+                    acc = evaluate(done, m["train_loss"])["test_accuracy"]
+                    skipped = 0.0
+                if cfg.checkpoint_every and (
+                    done % cfg.checkpoint_every == 0 or done == cfg.rounds
+                ):
+                    checkpoint(done)
+                if isinstance(bar, Progress):
+                    bar.update(done, acc)
+    except DivergenceError as e:  # keep every result so far, say why the run stopped
+        summary = {**_summary(cfg, records, built, done), "stopped": str(e)}
+        write_json(out / "summary.json", summary)
+        plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} (stopped)")
+        raise
+
+    summary = _summary(cfg, records, built, cfg.rounds)
     write_json(out / "summary.json", summary)
     plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} on {cfg.dataset}")
     return summary

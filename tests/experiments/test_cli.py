@@ -179,8 +179,8 @@ def test_real_fashion_mnist_pathological_run(tmp_path, capsys):
         "partition=shards",
         "partition.classes_per_client=2",
         "clients=100",
-        "clients_per_round=5",
-        "rounds=3",
+        "clients_per_round=10",
+        "rounds=5",
         "lr=0.05",
         "eval_batch_size=5000",
     ]

@@ -1,0 +1,144 @@
+"""Checkpoints: everything a run needs to continue exactly where it stopped.
+
+A checkpoint holds the server state, every stored client state, the ledger, the torch RNG
+states, the metrics so far and the elapsed time. (Client sampling and mini-batch orders are
+pure functions of seed, round and client, so they need no saved state.) Tensors go to a
+``safetensors`` file, everything else to JSON: nothing is unpickled when a checkpoint loads,
+so a crafted checkpoint cannot run code.
+
+Layout in the results folder: ``checkpoint/state-<round>.safetensors`` and
+``checkpoint/meta.json`` naming it. The tensor file is written first under a new name, then
+``meta.json`` is replaced atomically, then the old tensor file is removed: a crash at any
+moment leaves the previous checkpoint or the new one, both whole.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from fedretain.core.tree import Tree
+from fedretain.errors import DataError
+from fedretain.experiments.results import atomic_write_bytes, write_json
+
+FORMAT = 1
+
+
+def structure(tree: Tree) -> dict[str, Any]:
+    """The keys of a tree, leaves as None (empty sub-trees are kept)."""
+    return {k: structure(v) if isinstance(v, dict) else None for k, v in tree.items()}
+
+
+def _put(flat: dict[str, torch.Tensor], prefix: str, tree: Tree) -> None:
+    for k, v in tree.items():
+        if "/" in k:
+            raise ValueError(f"tree key {k!r} contains '/', which checkpoints reserve")
+        name = f"{prefix}/{k}"
+        if isinstance(v, dict):
+            _put(flat, name, v)
+        else:
+            flat[name] = v.detach().to("cpu").contiguous().clone()
+
+
+def _get(flat: dict[str, torch.Tensor], prefix: str, shape: dict[str, Any], device: torch.device):
+    return {
+        k: _get(flat, f"{prefix}/{k}", s, device)
+        if isinstance(s, dict)
+        else flat[f"{prefix}/{k}"].to(device)
+        for k, s in shape.items()
+    }
+
+
+@dataclass
+class Checkpoint:
+    round: int  # rounds completed
+    server: Tree
+    clients: dict[int, Tree]
+    ledger: dict[str, Any]
+    records: list[dict[str, Any]]
+    elapsed: float  # wall seconds of the run so far
+    torch_rng: torch.Tensor
+    cuda_rng: list[torch.Tensor]
+    fingerprint: dict[str, Any]  # the resolved config the state belongs to
+
+
+def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
+    folder = Path(folder) / "checkpoint"
+    folder.mkdir(parents=True, exist_ok=True)
+    flat: dict[str, torch.Tensor] = {}
+    _put(flat, "server", ckpt.server)
+    for cid, state in ckpt.clients.items():
+        _put(flat, f"client/{cid}", state)
+    flat["rng/torch"] = ckpt.torch_rng.clone()
+    for i, s in enumerate(ckpt.cuda_rng):
+        flat[f"rng/cuda/{i}"] = s.clone()
+    name = f"state-{ckpt.round}.safetensors"
+    atomic_write_bytes(folder / name, st_save(flat))
+    old = _read_meta(folder / "meta.json") if (folder / "meta.json").exists() else None
+    write_json(
+        folder / "meta.json",
+        {
+            "format": FORMAT,
+            "round": ckpt.round,
+            "tensors": name,
+            "server": structure(ckpt.server),
+            "clients": {str(c): structure(s) for c, s in ckpt.clients.items()},
+            "cuda_rng": len(ckpt.cuda_rng),
+            "ledger": ckpt.ledger,
+            "records": ckpt.records,
+            "elapsed": ckpt.elapsed,
+            "fingerprint": ckpt.fingerprint,
+        },
+    )
+    if old and old.get("tensors") != name:
+        (folder / old["tensors"]).unlink(missing_ok=True)
+    return folder / name
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"checkpoint {path} cannot be read ({e}); start the run again") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise DataError(f"{path} is not a fedretain checkpoint of format {FORMAT}")
+    return meta
+
+
+def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    folder = Path(folder) / "checkpoint"
+    meta_path = folder / "meta.json"
+    if not meta_path.exists():
+        raise DataError(
+            f"no checkpoint in {folder.parent} (looked for {meta_path}); runs write one every "
+            "checkpoint_every rounds"
+        )
+    meta = _read_meta(meta_path)
+    try:
+        flat = st_load((folder / meta["tensors"]).read_bytes())
+    except (OSError, SafetensorError, KeyError) as e:
+        raise DataError(f"checkpoint tensors in {folder} cannot be read ({e})") from None
+    device = torch.device(device)
+    try:
+        return Checkpoint(
+            round=int(meta["round"]),
+            server=_get(flat, "server", meta["server"], device),
+            clients={
+                int(c): _get(flat, f"client/{c}", s, device) for c, s in meta["clients"].items()
+            },
+            ledger=meta["ledger"],
+            records=meta["records"],
+            elapsed=float(meta["elapsed"]),
+            torch_rng=flat["rng/torch"],
+            cuda_rng=[flat[f"rng/cuda/{i}"] for i in range(int(meta["cuda_rng"]))],
+            fingerprint=meta["fingerprint"],
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataError(f"checkpoint in {folder} is incomplete or corrupt ({e!r})") from None

@@ -1,0 +1,193 @@
+"""Checkpoints, exact resume (also after SIGKILL), divergence handling, declared payloads."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from fedretain.algorithms import ALGORITHMS, build_algorithm
+from fedretain.data.base import Dataset
+from fedretain.engines.base import DivergenceError
+from fedretain.errors import ConfigError, DataError
+from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from fedretain.experiments.config import make_config
+from fedretain.experiments.results import read_jsonl
+from fedretain.experiments.runner import run_experiment
+from tests.tiny import TINY_PARTS, run_rounds, tiny_engine
+
+DIGITS = {
+    "dataset": "digits",
+    "model": "mlp",
+    "model.hidden": [32],
+    "clients": 10,
+    "clients_per_round": 4,
+    "batch_size": 20,
+    "lr": 0.1,
+    "partition": "shards",
+    "algorithm": "scaffold",
+}
+
+
+def _without_seconds(path):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(path)]
+
+
+def test_checkpoint_roundtrip_keeps_structure_and_rng(tmp_path):
+    torch.manual_seed(5)
+    server = {"x": {"w": torch.randn(3)}, "buffers": {}, "v": {"w": torch.zeros(3)}}
+    clients = {7: {"c_i": {"w": torch.ones(3)}}, 2: {"c_i": {"w": torch.full((3,), 2.0)}}}
+    rng = torch.get_rng_state()
+    ckpt = Checkpoint(
+        3,
+        server,
+        clients,
+        {"by_key": {}, "per_client": {}},
+        [{"round": 3}],
+        1.5,
+        rng,
+        [],
+        {"seed": 0},
+    )
+    save_checkpoint(tmp_path, ckpt)
+    torch.randn(10)  # move the RNG on
+    back = load_checkpoint(tmp_path)
+    assert back.round == 3 and back.server["buffers"] == {}
+    assert torch.equal(back.server["x"]["w"], server["x"]["w"])
+    assert set(back.clients) == {7, 2} and torch.equal(
+        back.clients[2]["c_i"]["w"], clients[2]["c_i"]["w"]
+    )
+    assert torch.equal(back.torch_rng, rng)
+    # a newer checkpoint replaces the older tensor file
+    save_checkpoint(tmp_path, replace(ckpt, round=4))
+    assert [p.name for p in (tmp_path / "checkpoint").glob("*.safetensors")] == [
+        "state-4.safetensors"
+    ]
+
+
+def test_corrupt_or_missing_checkpoint_is_one_line(tmp_path):
+    with pytest.raises(DataError, match="no checkpoint"):
+        load_checkpoint(tmp_path)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "meta.json").write_text("{not json")
+    with pytest.raises(DataError, match="cannot be read"):
+        load_checkpoint(tmp_path)
+
+
+def test_resume_extends_a_finished_run_exactly(tmp_path):
+    run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path / "a", progress=False)
+    run_experiment(
+        make_config({**DIGITS, "rounds": 4}), tmp_path / "a", progress=False, resume=True
+    )
+    run_experiment(make_config({**DIGITS, "rounds": 4}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
+    a = json.loads((tmp_path / "a" / "summary.json").read_text())
+    b = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert a["bytes_up"] == b["bytes_up"] and a["clients_with_state"] == b["clients_with_state"]
+
+
+def test_resume_refuses_changed_settings(tmp_path):
+    run_experiment(make_config({**DIGITS, "rounds": 1}), tmp_path, progress=False)
+    with pytest.raises(ConfigError, match=r"cannot resume.*lr"):
+        run_experiment(make_config({**DIGITS, "rounds": 2, "lr": 0.2}), tmp_path, resume=True)
+
+
+def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path):
+    args = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in DIGITS.items()]
+    args += ["rounds=16", "local_epochs=4", "checkpoint_every=1"]
+    cli = [sys.executable, "-m", "fedretain.cli", "run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*cli, *args, "--out", str(killed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    meta = killed / "checkpoint" / "meta.json"
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads(meta.read_text())["round"] >= 3:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    time.sleep(0.13)  # land somewhere inside a round
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "summary.json").exists()
+    resumed = subprocess.run(
+        [*cli, "--resume", str(killed)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    full = tmp_path / "full"
+    subprocess.run([*cli, *args, "--out", str(full)], env=env, check=True, capture_output=True)
+    assert _without_seconds(killed / "metrics.jsonl") == _without_seconds(full / "metrics.jsonl")
+
+
+def test_divergence_stops_and_keeps_results(tmp_path):
+    cfg = make_config({**DIGITS, "algorithm": "fedavg", "rounds": 3, "lr": 1e30})
+    with pytest.raises(DivergenceError, match=r"client .*lower lr"):
+        run_experiment(cfg, tmp_path, progress=False)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "diverged" in summary["stopped"]
+    assert read_jsonl(tmp_path / "metrics.jsonl")[0]["round"] == 0
+    assert (tmp_path / "config.toml").exists()
+
+
+def test_divergence_skip_drops_only_the_bad_client():
+    engine = tiny_engine(build_algorithm("fedavg"))
+    ds = engine.dataset
+    x = ds.x_train.clone()
+    x[1:] = float("inf")  # client 1's data makes its update NaN
+    engine.dataset = Dataset("tiny", x, ds.y_train, x, ds.y_train, num_classes=1)
+    with pytest.raises(DivergenceError, match="client 1"):
+        run_rounds(engine, 1)
+    engine.on_divergence = "skip"
+    params, buffers = engine.task.init()
+    state, metrics = engine.run_round(engine.algorithm.server_init(params, buffers), 0, 0.1, 2)
+    assert metrics["skipped_clients"] == 1
+    assert float(state["x"]["weight"].reshape(())) == pytest.approx(1.1)  # client 0 alone
+    assert TINY_PARTS[1].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_ledger_counts_exactly_the_declared_payload_keys(name):
+    engine = tiny_engine(build_algorithm(name))
+    run_rounds(engine, 1)
+    algo = engine.algorithm
+    assert set(engine.ledger.by_key["up"]) == set(algo.uplink_keys)
+    assert set(engine.ledger.by_key["down"]) == set(algo.downlink_keys)
+
+
+def test_a_client_sending_an_undeclared_key_is_stopped():
+    algo = build_algorithm("fedavg")
+
+    def leaky_final(state, client_state, ctx):
+        uplink, cs = algo.local_final(state, client_state, ctx)
+        return {**uplink, "data": ctx.data["x"]}, cs
+
+    engine = tiny_engine(replace(algo, local_final=leaky_final))
+    with pytest.raises(RuntimeError, match="declared"):
+        run_rounds(engine, 1)
+    assert engine.ledger.bytes_up == 0
+
+
+def test_checkpoint_files_hold_no_pickle(tmp_path):
+    run_experiment(make_config({**DIGITS, "rounds": 1}), tmp_path, progress=False)
+    for f in (tmp_path / "checkpoint").iterdir():
+        assert not f.read_bytes().startswith(b"\x80"), f  # pickle protocol header
+    assert np.isfinite(json.loads((tmp_path / "summary.json").read_text())["final_accuracy"])

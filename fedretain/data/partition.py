@@ -452,6 +452,11 @@ def fixed(labels: np.ndarray, num_clients: int, seed: int, per_client: int = 24)
     classes, counts, starts, order = _by_class(labels, rng)
     cap = counts // per_client
     most = int(cap.sum())
+    if most == 0:
+        raise DataError(
+            f"partition=fixed: per_client={per_client} exceeds the largest class "
+            f"({int(counts.max())} samples); use partition.per_client <= {int(counts.max())}"
+        )
     if num_clients > most:
         raise DataError(
             f"partition=fixed with per_client={per_client}: these {labels.size} labels fill at "

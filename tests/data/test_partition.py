@@ -654,3 +654,9 @@ def test_summary_many_classes_and_few_clients():
     assert "more clients" not in text
     assert sum(line.lstrip().startswith("client ") for line in text.splitlines()) == 3
     assert summary([], y, 62).startswith("0 clients")
+
+
+def test_fixed_per_client_larger_than_every_class():
+    labels = np.repeat(np.arange(3), [5, 7, 4])
+    with pytest.raises(DataError, match=r"per_client=8 exceeds the largest class \(7 samples\)"):
+        make_partition("fixed", labels, 2, 0, per_client=8)

@@ -189,3 +189,18 @@ def test_real_fashion_mnist_pathological_run(tmp_path, capsys):
     summary = json.loads((tmp_path / "fm" / "summary.json").read_text())
     assert summary["client_samples"]["min"] == summary["client_samples"]["max"] == 600
     assert summary["final_accuracy"] > 0.3  # 10 % is chance on 10 classes
+
+
+def test_validate_checks_config_and_data_without_training(tmp_path, capsys):
+    exp = tmp_path / "exp.toml"
+    exp.write_text('dataset = "digits"\nmodel = "mlp"\nclients = 10\n[partition]\nname = "iid"\n')
+    code, out, _ = run_cli(["validate", str(exp), "rounds=7"], capsys)
+    assert code == 0 and out.startswith("ok: fedavg on digits") and "10 clients" in out
+    assert "7 rounds" in out and not list(tmp_path.glob("*/metrics.jsonl"))
+    code, _, err = run_cli(["validate", str(exp), "clients=100000"], capsys)
+    assert code == 2 and "more clients (100000) than samples" in err
+
+
+def test_run_needs_out_or_resume(capsys):
+    code, _, err = run_cli(["run", "dataset=digits"], capsys)
+    assert code == 2 and "--out" in err

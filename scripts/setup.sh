@@ -11,8 +11,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import fedretain, pytest, ruff" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.fedretain-installed ]; then
-    .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e '.[dev]'
+    echo "installing fedretain and its pinned dependencies into .venv (log: .venv/install.log)"
+    if ! { .venv/bin/python -m pip install --upgrade pip \
+           && .venv/bin/python -m pip install -e '.[dev]'; } > .venv/install.log 2>&1; then
+        tail -n 30 .venv/install.log >&2
+        echo "error: installing fedretain failed; the full log is .venv/install.log" >&2
+        exit 1
+    fi
     touch .venv/.fedretain-installed
 fi
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fedretain.core.algorithm import RoundInfo
-from fedretain.core.tree import Tree, tree_stack
+from fedretain.core.tree import Tree, leaves, tree_map
 from fedretain.engines.base import DivergenceError, EngineBase
 from fedretain.engines.schedule import batch_plan, sample_clients
 
@@ -65,7 +65,9 @@ class SequentialEngine(EngineBase):
         )
         downlink = algo.broadcast(server_state, info)
         self.check_payload(downlink, algo.downlink_keys, "downlink")
-        uplinks, losses, kept = [], [], []
+        # uplinks are copied into one preallocated stack as they arrive (one copy in memory)
+        stacked: Tree | None = None
+        losses, kept = [], []
         for cid in info.clients:
             self.ledger.record(cid, "down", downlink)
             try:
@@ -75,17 +77,22 @@ class SequentialEngine(EngineBase):
                     raise
                 continue
             self.ledger.record(cid, "up", uplink)
-            uplinks.append(uplink)
+            if stacked is None:
+                stacked = tree_map(lambda v: v.new_empty((len(info.clients), *v.shape)), uplink)
+            for buf, v in zip(leaves(stacked), leaves(uplink), strict=True):
+                buf[len(kept)].copy_(v)
             losses.append(loss)
             kept.append(cid)
         metrics = {"skipped_clients": float(len(info.clients) - len(kept))}
-        if not kept:  # every update diverged and was dropped: the global model stays
+        if stacked is None:  # every update diverged and was dropped: the global model stays
             return server_state, {"train_loss": float("nan"), **metrics}
-        info = replace(info, clients=tuple(kept))
+        if len(kept) < len(info.clients):
+            stacked = tree_map(lambda buf: buf[: len(kept)], stacked)
+            info = replace(info, clients=tuple(kept))
         weights = torch.tensor(
             [len(self.parts[c]) for c in kept], dtype=torch.float32, device=self.device
         )
-        server_state, agg_metrics = algo.aggregate(server_state, tree_stack(uplinks), weights, info)
+        server_state, agg_metrics = algo.aggregate(server_state, stacked, weights, info)
         self.check_finite(server_state["x"], rnd, "the global model after aggregation")
         metrics["train_loss"] = float(np.mean(losses))
         metrics.update({k: float(v) for k, v in agg_metrics.items()})

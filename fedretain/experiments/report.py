@@ -113,7 +113,12 @@ def compare(
         cells += [_fmt(row["rounds_to"].get(t)) for t in targets]
         if ref is not None:
             cells += [_fmt(v) for v in row["R_a"].values()]
-        cells += [_mb(row["bytes_up"]), _mb(row["bytes_down"]), _fmt(row["wall_seconds"])]
+        wall = row["wall_seconds"]
+        cells += [
+            _mb(row["bytes_up"]),
+            _mb(row["bytes_down"]),
+            "-" if wall is None else f"{wall:.1f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if ref is not None:

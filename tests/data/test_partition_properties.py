@@ -224,3 +224,24 @@ def test_class_counts_sums(labels, num_clients, seed, alpha):
     assert counts.shape == (num_clients, num_classes)
     assert np.array_equal(counts.sum(axis=1), [p.size for p in parts])
     assert np.array_equal(counts.sum(axis=0), np.bincount(labels, minlength=num_classes))
+
+
+@SETTINGS
+@given(st.integers(1, 2000), st.integers(1, 60), seeds, st.data())
+def test_natural_property(n, num_groups, seed, data):
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(0, num_groups, size=n)
+    groups = np.unique(groups, return_inverse=True)[1]  # ids 0..G-1, every group non-empty
+    g = int(groups.max()) + 1
+    labels = rng.integers(0, 5, size=n)
+    num_clients = data.draw(st.integers(1, g + 3))
+    parts = expect(
+        num_clients <= g,
+        lambda: make_partition("natural", labels, num_clients, seed, groups=groups),
+    )
+    if parts is None:
+        return
+    check_parts(parts, num_clients, n, exact=num_clients == g)
+    for p in parts:  # each client is one whole group
+        assert len(np.unique(groups[p])) == 1
+        assert len(p) == int((groups == groups[p[0]]).sum())

@@ -8,8 +8,10 @@ weighted by samples. Models: ``cnn-fedavg`` (McMahan et al.'s CNN, 582k paramete
     .venv/bin/python benchmarks/round_time.py                 # every model and variant, a table
     .venv/bin/python benchmarks/round_time.py --model mlp --variant engine --rounds 3   # one
 
-Variants: ``loop`` (one nn.Module + torch.optim.SGD, the plain reference) and ``engine``
-(fedretain's sequential engine running the registered ``fedavg``). Machines drift between
+Variants: ``loop`` (one nn.Module + torch.optim.SGD, the plain reference), ``engine``
+(fedretain's sequential engine running the registered ``fedavg``) and ``vmap-<chunk>`` (the
+vectorised engine with that many clients per vmapped call), e.g.
+``--variants loop,engine,vmap-10,vmap-50``. Machines drift between
 runs: compare variants within one invocation only. Results: benchmarks/RESULTS.md.
 """
 
@@ -48,12 +50,13 @@ def make_data() -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def run_engine(model_name: str, rounds: int) -> list[float]:
+def run_engine(model_name: str, rounds: int, vmap_chunk: int | None = None) -> list[float]:
     from fedretain.algorithms import build_algorithm
     from fedretain.core.task import Task
     from fedretain.data.base import Dataset
     from fedretain.engines.base import LocalSpec
     from fedretain.engines.sequential import SequentialEngine
+    from fedretain.engines.vmap import VmapEngine
     from fedretain.losses import get_loss
     from fedretain.models import build_model
 
@@ -64,7 +67,11 @@ def run_engine(model_name: str, rounds: int) -> list[float]:
     model = build_model(model_name, (1, 28, 28), 10, **MODELS[model_name])
     task = Task(model, get_loss("ce"), 10)
     algo = build_algorithm("fedavg")
-    engine = SequentialEngine(algo, task, ds, parts, LocalSpec(BATCH, EPOCHS), seed=0)
+    spec = LocalSpec(BATCH, EPOCHS)
+    if vmap_chunk is None:
+        engine = SequentialEngine(algo, task, ds, parts, spec, seed=0)
+    else:
+        engine = VmapEngine(algo, task, ds, parts, spec, seed=0, chunk=vmap_chunk)
     state = algo.server_init(*task.init())
     times = []
     for r in range(rounds + 1):
@@ -120,8 +127,12 @@ def peak_matmul_gflops() -> float:
 
 def one(model: str, variant: str, rounds: int, threads: int) -> dict:
     torch.set_num_threads(threads)
-    fn = run_engine if variant == "engine" else run_loop
-    times = fn(model, rounds)
+    if variant == "loop":
+        times = run_loop(model, rounds)
+    elif variant == "engine":
+        times = run_engine(model, rounds)
+    else:  # vmap-<chunk>
+        times = run_engine(model, rounds, vmap_chunk=int(variant.split("-")[1]))
     med = statistics.median(times)
     return {
         "model": model,
@@ -137,7 +148,10 @@ def one(model: str, variant: str, rounds: int, threads: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", choices=list(MODELS))
-    ap.add_argument("--variant", choices=["engine", "loop"])
+    ap.add_argument("--variant", help="loop, engine (sequential) or vmap-<chunk>")
+    ap.add_argument(
+        "--variants", default="loop,engine", help="comma-separated variants for the table"
+    )
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -153,7 +167,7 @@ def main() -> None:
     print("| model | variant | s/round (median) | GFLOP/s | % of matmul peak | peak RSS MB |")
     print("|---|---|---|---|---|---|")
     for model in [args.model] if args.model else list(MODELS):
-        for variant in ("loop", "engine"):
+        for variant in args.variants.split(","):
             cmd = [
                 sys.executable,
                 __file__,

@@ -17,6 +17,8 @@ from fedretain.algorithms.fedavg import fedavg
 from fedretain.algorithms.fedavgm import fedavgm
 from fedretain.algorithms.fedprox import fedprox
 from fedretain.algorithms.fedproxm import fedproxm
+from fedretain.algorithms.gradma import gradma, gradma_s, gradma_w
+from fedretain.algorithms.mifa import mifa, mifam
 from fedretain.algorithms.scaffold import scaffold
 from fedretain.algorithms.sgd import sgd
 from fedretain.core.algorithm import Algorithm
@@ -44,6 +46,13 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
         AlgorithmInfo("fedavgm", "FedAvg with server heavy-ball momentum (Hsu 2019)", fedavgm),
         AlgorithmInfo("fedprox", "FedAvg with a proximal term mu/2 |y - x|^2 (Li 2020)", fedprox),
         AlgorithmInfo("fedproxm", "FedProx clients with FedAvgM's server momentum", fedproxm),
+        AlgorithmInfo("mifa", "server averages every client's latest update (Gu 2021)", mifa),
+        AlgorithmInfo("mifam", "MIFA with server momentum", mifam),
+        AlgorithmInfo(
+            "gradma", "QP-corrected local steps and server momentum with memory (Luo 2023)", gradma
+        ),
+        AlgorithmInfo("gradma-w", "GradMA's worker side only, FedAvg server", gradma_w),
+        AlgorithmInfo("gradma-s", "GradMA's server side only, FedAvg workers", gradma_s),
         AlgorithmInfo(
             "scaffold",
             "control variates against client drift, option II (Karimireddy 2020)",

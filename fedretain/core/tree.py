@@ -134,3 +134,23 @@ def tree_numel(tree: Tree) -> int:
 
 def tree_allfinite(tree: Tree) -> bool:
     return all(bool(torch.isfinite(x).all()) for x in leaves(tree) if x.dtype.is_floating_point)
+
+
+def ravel(tree: Tree) -> Tensor:
+    """All leaves of a (flat) tree concatenated into one vector, in insertion order."""
+    return torch.cat([x.reshape(-1) for x in leaves(tree)])
+
+
+def unravel_like(flat: Tensor, like: Tree) -> Tree:
+    """Inverse of :func:`ravel`: cut ``flat`` back into the shapes of ``like``."""
+    out: Tree = {}
+    start = 0
+    for key, value in like.items():
+        if isinstance(value, dict):
+            n = tree_numel(value)
+            out[key] = unravel_like(flat[start : start + n], value)
+        else:
+            n = value.numel()
+            out[key] = flat[start : start + n].reshape(value.shape)
+        start += n
+    return out

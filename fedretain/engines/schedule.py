@@ -52,3 +52,51 @@ def batch_plan(
         perm = rng.permutation(num_samples)
         plan.extend(perm[k : k + b] for k in range(0, num_samples, b))
     return plan
+
+
+_PROBS = 3
+PARTICIPATIONS = ("uniform", "bernoulli")
+
+
+class Participation:
+    """Which clients take part in each round, as a pure function of (seed, round).
+
+    - ``uniform``: ``per_round`` of the ``num_clients`` drawn without replacement (default);
+    - ``bernoulli``: client i is reachable in each round with its own probability ``p_i``,
+      drawn once per run uniformly from ``[p_min, p_max]``; every reachable client takes part
+      (``per_round`` is ignored), so clients with a small ``p_i`` are absent for stretches of
+      rounds, and a round may have no client at all (the global model then stays).
+    """
+
+    def __init__(
+        self,
+        mode: str,
+        num_clients: int,
+        per_round: int,
+        seed: int,
+        *,
+        p_min: float = 0.02,
+        p_max: float = 0.2,
+    ) -> None:
+        if mode not in PARTICIPATIONS:
+            raise ValueError(f"participation must be one of {', '.join(PARTICIPATIONS)}")
+        if not 0 < p_min <= p_max <= 1:
+            raise ValueError(
+                f"participation.p_min and p_max need 0 < p_min <= p_max <= 1, got {p_min}, {p_max}"
+            )
+        self.mode, self.num_clients, self.per_round, self.seed = mode, num_clients, per_round, seed
+        self.probs = None
+        if mode == "bernoulli":
+            rng = np.random.default_rng([seed, _PROBS])
+            self.probs = rng.uniform(p_min, p_max, size=num_clients)
+
+    def clients(self, rnd: int) -> np.ndarray:
+        if self.probs is None:
+            return sample_clients(self.num_clients, self.per_round, self.seed, rnd)
+        rng = np.random.default_rng([self.seed, _SAMPLE, rnd])
+        return np.flatnonzero(rng.random(self.num_clients) < self.probs)
+
+
+def participation_params(mode: str) -> dict[str, float]:
+    """Parameters of a participation model with their defaults (``participation.<name>``)."""
+    return {"p_min": 0.02, "p_max": 0.2} if mode == "bernoulli" else {}

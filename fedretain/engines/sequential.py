@@ -52,10 +52,19 @@ class SequentialEngine(EngineBase):
         return uplink, float(loss)
 
     def run_round(
-        self, server_state: Tree, rnd: int, lr: float, per_round: int
+        self,
+        server_state: Tree,
+        rnd: int,
+        lr: float,
+        per_round: int = 0,
+        clients: np.ndarray | None = None,
     ) -> tuple[Tree, dict[str, float]]:
+        """One round with ``clients`` (default: ``per_round`` drawn uniformly)."""
         algo = self.algorithm
-        clients = sample_clients(self.num_clients, per_round, self.seed, rnd)
+        if clients is None:
+            clients = sample_clients(self.num_clients, per_round, self.seed, rnd)
+        if len(clients) == 0:  # nobody reachable: the global model stays
+            return server_state, {"train_loss": float("nan"), "participants": 0.0}
         info = RoundInfo(
             round=rnd,
             num_clients=self.num_clients,
@@ -83,9 +92,12 @@ class SequentialEngine(EngineBase):
                 buf[len(kept)].copy_(v)
             losses.append(loss)
             kept.append(cid)
-        metrics = {"skipped_clients": float(len(info.clients) - len(kept))}
+        metrics = {
+            "skipped_clients": float(len(info.clients) - len(kept)),
+            "participants": float(len(kept)),
+        }
         if stacked is None:  # every update diverged and was dropped: the global model stays
-            return server_state, {"train_loss": float("nan"), **metrics}
+            return server_state, {**metrics, "train_loss": float("nan")}
         if len(kept) < len(info.clients):
             stacked = tree_map(lambda buf: buf[: len(kept)], stacked)
             info = replace(info, clients=tuple(kept))

@@ -20,7 +20,7 @@ from typing import Any
 
 from fedretain.errors import ConfigError, unknown_choice
 
-ENGINES = ("sequential",)
+ENGINES = ("sequential", "vmap")
 ON_DIVERGENCE = ("stop", "skip")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -37,6 +37,7 @@ class Config:
     val_fraction: float = 0.0  # per-client validation split (TCE uses 0.1)
     clients: int = 100
     clients_per_round: int = 10
+    participation: str = "uniform"  # or "bernoulli": client i reachable with probability p_i
     rounds: int = 20
     local_epochs: int = 1
     local_steps: int = 0  # > 0: this many local mini-batch steps instead of local_epochs
@@ -52,7 +53,8 @@ class Config:
     eval_every: int = 1
     eval_batch_size: int = 1000
     targets: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9])
-    engine: str = "sequential"
+    engine: str = "sequential"  # or "vmap": the round's clients trained together
+    vmap_chunk: int = 0  # engine=vmap: clients per vectorised call (0: sized to memory)
     device: str = "cpu"
     threads: int = 0  # torch CPU threads; 0 keeps torch's default
     checkpoint_every: int = 10  # rounds between checkpoints (0: none); `run --resume` continues
@@ -60,6 +62,7 @@ class Config:
     dataset_params: dict[str, Any] = field(default_factory=dict)
     partition_params: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
+    participation_params: dict[str, Any] = field(default_factory=dict)
     algo: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -80,6 +83,7 @@ _GROUPS = {
     "dataset": "dataset_params",
     "partition": "partition_params",
     "model": "model_params",
+    "participation": "participation_params",
     "algo": "algo",
 }
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name not in _GROUPS.values()}
@@ -235,12 +239,13 @@ def validate(cfg: Config) -> None:
     from fedretain.algorithms import algorithm_params
     from fedretain.data.datasets import dataset_params
     from fedretain.data.partition import partition_params
+    from fedretain.engines.schedule import PARTICIPATIONS, Participation, participation_params
     from fedretain.losses import LOSSES
     from fedretain.models import model_params
 
     _positive(cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every")
     _positive(cfg, "eval_batch_size", "local_epochs")
-    _positive(cfg, "local_steps", "seed", "threads", "checkpoint_every", minimum=0)
+    _positive(cfg, "local_steps", "seed", "threads", "checkpoint_every", "vmap_chunk", minimum=0)
     if cfg.clients_per_round > cfg.clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) cannot exceed clients ({cfg.clients})"
@@ -273,6 +278,15 @@ def validate(cfg: Config) -> None:
         "partition", cfg.partition_params, partition_params(cfg.partition)
     )
     cfg.model_params = _check_params("model", cfg.model_params, model_params(cfg.model))
+    if cfg.participation not in PARTICIPATIONS:
+        raise ConfigError(unknown_choice("participation", cfg.participation, PARTICIPATIONS))
+    cfg.participation_params = _check_params(
+        "participation", cfg.participation_params, participation_params(cfg.participation)
+    )
+    try:
+        Participation(cfg.participation, 1, 1, 0, **cfg.participation_params)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def resolved(cfg: Config) -> dict[str, Any]:
@@ -280,6 +294,7 @@ def resolved(cfg: Config) -> dict[str, Any]:
     from fedretain.algorithms import algorithm_params
     from fedretain.data.datasets import dataset_params
     from fedretain.data.partition import partition_params
+    from fedretain.engines.schedule import participation_params
     from fedretain.models import model_params
 
     def full(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -296,5 +311,9 @@ def resolved(cfg: Config) -> dict[str, Any]:
         **full(partition_params(cfg.partition), cfg.partition_params),
     }
     out["model"] = {"name": cfg.model, **full(model_params(cfg.model), cfg.model_params)}
+    out["participation"] = {
+        "name": cfg.participation,
+        **full(participation_params(cfg.participation), cfg.participation_params),
+    }
     out["algo"] = full(algorithm_params(cfg.algorithm), cfg.algo)
     return out

@@ -28,12 +28,14 @@ import torch
 from fedretain.algorithms import build_algorithm
 from fedretain.core.optim import OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
-from fedretain.core.tree import tree_numel
+from fedretain.core.tree import Tree, tree_bytes, tree_numel
 from fedretain.data.base import Dataset
 from fedretain.data.datasets import load_dataset
 from fedretain.data.partition import make_partition, train_val_split
 from fedretain.engines.base import DivergenceError, LocalSpec
+from fedretain.engines.schedule import Participation
 from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.vmap import VmapEngine
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedretain.experiments.config import Config, resolved
@@ -43,7 +45,7 @@ from fedretain.losses import get_loss
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
 from fedretain.models import build_model
 
-ENGINES = {"sequential": SequentialEngine}
+ENGINES = {"sequential": SequentialEngine, "vmap": VmapEngine}
 
 
 def build_optimizer(cfg: Config) -> Optimizer:
@@ -134,6 +136,7 @@ def prepare(cfg: Config) -> dict[str, Any]:
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
     algorithm = build_algorithm(cfg.algorithm, opt=build_optimizer(cfg), **cfg.algo)
+    extra = {"chunk": cfg.vmap_chunk} if cfg.engine == "vmap" else {}
     engine = ENGINES[cfg.engine](
         algorithm,
         task,
@@ -143,8 +146,13 @@ def prepare(cfg: Config) -> dict[str, Any]:
         seed=cfg.seed,
         device=device,
         on_divergence=cfg.on_divergence,
+        **extra,
+    )
+    participation = Participation(
+        cfg.participation, len(parts), cfg.clients_per_round, cfg.seed, **cfg.participation_params
     )
     return {
+        "participation": participation,
         "dataset": dataset,
         "parts": parts,
         "val_parts": val_parts,
@@ -155,7 +163,17 @@ def prepare(cfg: Config) -> dict[str, Any]:
 
 
 # settings that may change when a run is resumed: they do not change the computation
-RESUMABLE = ("name", "rounds", "eval_every", "targets", "threads", "checkpoint_every", "device")
+RESUMABLE = (
+    "name",
+    "rounds",
+    "eval_every",
+    "targets",
+    "threads",
+    "checkpoint_every",
+    "device",
+    "engine",
+    "vmap_chunk",
+)
 
 
 def _fingerprint(cfg: Config) -> dict[str, Any]:
@@ -163,8 +181,16 @@ def _fingerprint(cfg: Config) -> dict[str, Any]:
 
 
 def _summary(
-    cfg: Config, records: list[dict[str, Any]], built: dict[str, Any], rounds_done: int
+    cfg: Config,
+    records: list[dict[str, Any]],
+    built: dict[str, Any],
+    rounds_done: int,
+    server_state: Tree,
 ) -> dict[str, Any]:
+    server_bytes = {
+        k: tree_bytes(v) if isinstance(v, dict) else tree_bytes({k: v})
+        for k, v in server_state.items()
+    }
     engine, parts = built["engine"], built["parts"]
     final = records[-1]
     sizes = [len(p) for p in parts]
@@ -186,6 +212,7 @@ def _summary(
         },
         "clients_with_state": len(engine.store),
         "skipped_updates": int(sum(r.get("skipped_clients", 0) for r in records)),
+        "server_state_bytes": server_bytes,
         **engine.ledger.summary(),
     }
 
@@ -236,15 +263,16 @@ def run_experiment(
     write_toml(out / "config.toml", resolved(cfg))
     start = time.perf_counter()
 
-    def evaluate(rnd: int, train_loss: float | None) -> dict[str, Any]:
+    def evaluate(rnd: int, train_loss: float | None, participants: float = 0.0) -> dict[str, Any]:
         p, b = algorithm.global_model(server_state)
         acc, loss = task.evaluate(p, b, x_test, y_test, cfg.eval_batch_size)
         record = {
             "round": rnd,
             "test_accuracy": acc,
             "test_loss": loss,
-            "train_loss": train_loss,
+            "train_loss": train_loss if train_loss == train_loss else None,  # NaN: no client
             "lr": cfg.lr_at(max(rnd - 1, 0)),
+            "participants": int(participants),
             "skipped_clients": skipped,
             "bytes_up": engine.ledger.bytes_up,
             "bytes_down": engine.ledger.bytes_down,
@@ -277,14 +305,17 @@ def run_experiment(
     try:
         with bar:
             for rnd in range(first_round, cfg.rounds):
+                clients = built["participation"].clients(rnd)
                 server_state, m = engine.run_round(
-                    server_state, rnd, cfg.lr_at(rnd), cfg.clients_per_round
+                    server_state, rnd, cfg.lr_at(rnd), clients=clients
                 )
                 done = rnd + 1
                 skipped += m.get("skipped_clients", 0.0)
                 acc = None
                 if done % cfg.eval_every == 0 or done == cfg.rounds:
-                    acc = evaluate(done, m["train_loss"])["test_accuracy"]
+                    acc = evaluate(done, m["train_loss"], m.get("participants", 0.0))[
+                        "test_accuracy"
+                    ]
                     skipped = 0.0
                 if cfg.checkpoint_every and (
                     done % cfg.checkpoint_every == 0 or done == cfg.rounds
@@ -293,12 +324,12 @@ def run_experiment(
                 if isinstance(bar, Progress):
                     bar.update(done, acc)
     except DivergenceError as e:  # keep every result so far, say why the run stopped
-        summary = {**_summary(cfg, records, built, done), "stopped": str(e)}
+        summary = {**_summary(cfg, records, built, done, server_state), "stopped": str(e)}
         write_json(out / "summary.json", summary)
         plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} (stopped)")
         raise
 
-    summary = _summary(cfg, records, built, cfg.rounds)
+    summary = _summary(cfg, records, built, cfg.rounds, server_state)
     write_json(out / "summary.json", summary)
     plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} on {cfg.dataset}")
     return summary

@@ -96,7 +96,11 @@ def test_list_prints_one_line_each(capsys):
     code, out, _ = run_cli(["list", "algorithms"], capsys)
     assert code == 0
     names = [line.split()[0] for line in out.strip().splitlines()]
-    assert names == ["sgd", "fedavg", "fedavgm", "fedprox", "fedproxm", "scaffold"]
+    from fedretain.algorithms import ALGORITHMS
+
+    assert names == list(ALGORITHMS)
+    for required in ("sgd", "fedavg", "fedavgm", "fedprox", "fedproxm", "scaffold", "gradma"):
+        assert required in names
 
 
 def test_partition_command_prints_summary_and_heatmap(tmp_path, capsys):

@@ -21,7 +21,7 @@ Variants (each in its own process, so its peak RSS is its own):
 
 Median of 5 timed calls after 1 warm-up. ``rss_data_mb`` is the process's peak RSS after the
 data is built and before the first call; ``peak_rss_mb`` is the peak at the end. Results:
-benchmarks/QP_RESULTS.md.
+benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from torch import Tensor
 from fedretain.algorithms.fedavg import fedavg, mean_weights
 from fedretain.algorithms.qp import project_small, project_tree
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.local import advance
 from fedretain.core.optim import Optimizer, sgd
 from fedretain.core.task import Batch
 from fedretain.core.tree import (
@@ -111,16 +112,7 @@ def _worker_step(opt: Optimizer, per_layer: bool):
         else:
             columns = torch.stack([ravel(g_prev), ravel(g_glob), ravel(drift)], dim=1)
             corrected = unravel_like(project_small(ravel(g), columns), g)
-        params, opt_state = opt.update(corrected, state["opt"], state["params"], state["lr"])
-        new_state = {
-            **state,
-            "prev": state["params"],
-            "params": params,
-            "buffers": new_buffers,
-            "opt": opt_state,
-            "steps": state["steps"] + 1,
-            "lr_sum": state["lr_sum"] + state["lr"],
-        }
+        new_state = {**advance(opt, state, corrected, new_buffers), "prev": state["params"]}
         return new_state, {"loss": loss}
 
     return local_step

@@ -59,18 +59,22 @@ def make_local_step(
         grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
         if correct is not None:
             grads = correct(grads, state)
-        params, opt_state = opt.update(grads, state["opt"], state["params"], state["lr"])
-        new_state = {
-            **state,
-            "params": params,
-            "buffers": new_buffers,
-            "opt": opt_state,
-            "steps": state["steps"] + 1,
-            "lr_sum": state["lr_sum"] + state["lr"],
-        }
-        return new_state, {"loss": loss}
+        return advance(opt, state, grads, new_buffers), {"loss": loss}
 
     return local_step
 
 
-__all__ = ["Batch", "Correct", "Penalty", "make_local_init", "make_local_step"]
+def advance(opt: Optimizer, state: Tree, direction: Tree, buffers: Tree) -> Tree:
+    """The step state after one optimiser step along ``direction`` (counts steps and lr)."""
+    params, opt_state = opt.update(direction, state["opt"], state["params"], state["lr"])
+    return {
+        **state,
+        "params": params,
+        "buffers": buffers,
+        "opt": opt_state,
+        "steps": state["steps"] + 1,
+        "lr_sum": state["lr_sum"] + state["lr"],
+    }
+
+
+__all__ = ["Batch", "Correct", "Penalty", "advance", "make_local_init", "make_local_step"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -12,6 +12,7 @@ from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, tree_allfinite
 from fedretain.data.base import Dataset, as_float
 from fedretain.engines.ledger import Ledger
+from fedretain.engines.schedule import sample_clients
 from fedretain.errors import FedRetainError
 
 
@@ -26,6 +27,9 @@ class LocalSpec:
     batch_size: int
     epochs: int = 1
     steps: int = 0  # > 0: exactly this many mini-batches instead of epochs
+
+
+EMPTY_ROUND = {"train_loss": float("nan"), "participants": 0.0, "skipped_clients": 0.0}
 
 
 class EngineBase:
@@ -96,6 +100,48 @@ class EngineBase:
             raise RuntimeError(
                 f"{self.algorithm.name} sent {what} keys {tuple(payload)}, declared {declared}"
             )
+
+    def start_round(
+        self, rnd: int, lr: float, per_round: int, clients: np.ndarray | None
+    ) -> RoundInfo | None:
+        """The round's info (``clients`` default: ``per_round`` drawn uniformly); None if empty."""
+        if clients is None:
+            clients = sample_clients(self.num_clients, per_round, self.seed, rnd)
+        if len(clients) == 0:
+            return None
+        return RoundInfo(
+            round=rnd,
+            num_clients=self.num_clients,
+            clients=tuple(int(c) for c in clients),
+            lr=lr,
+            seed=self.seed,
+        )
+
+    def finish_round(
+        self,
+        server_state: Tree,
+        info: RoundInfo,
+        stacked: Tree | None,
+        kept: list[int],
+        losses: list[float],
+    ) -> tuple[Tree, dict[str, float]]:
+        """Aggregate the kept clients' stacked uplinks (in ``kept`` order) into the server."""
+        metrics = {
+            "skipped_clients": float(len(info.clients) - len(kept)),
+            "participants": float(len(kept)),
+        }
+        if stacked is None or not kept:  # every update was dropped: the global model stays
+            return server_state, {**metrics, "train_loss": float("nan")}
+        if len(kept) < len(info.clients):
+            info = replace(info, clients=tuple(kept))
+        weights = torch.tensor(
+            [len(self.parts[c]) for c in kept], dtype=torch.float32, device=self.device
+        )
+        server_state, agg = self.algorithm.aggregate(server_state, stacked, weights, info)
+        self.check_finite(server_state["x"], info.round, "the global model after aggregation")
+        metrics["train_loss"] = float(np.mean(losses))
+        metrics.update({k: float(v) for k, v in agg.items()})
+        return server_state, metrics
 
     def check_finite(self, tree: Tree, rnd: int, where: str) -> None:
         if not tree_allfinite(tree):

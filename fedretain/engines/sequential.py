@@ -6,15 +6,13 @@ order), collect the uplinks, aggregate them stacked on a client axis, keep the c
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import torch
 
 from fedretain.core.algorithm import RoundInfo
 from fedretain.core.tree import Tree, leaves, tree_map
-from fedretain.engines.base import DivergenceError, EngineBase
-from fedretain.engines.schedule import batch_plan, sample_clients
+from fedretain.engines.base import EMPTY_ROUND, DivergenceError, EngineBase
+from fedretain.engines.schedule import batch_plan
 
 
 class SequentialEngine(EngineBase):
@@ -60,20 +58,11 @@ class SequentialEngine(EngineBase):
         clients: np.ndarray | None = None,
     ) -> tuple[Tree, dict[str, float]]:
         """One round with ``clients`` (default: ``per_round`` drawn uniformly)."""
-        algo = self.algorithm
-        if clients is None:
-            clients = sample_clients(self.num_clients, per_round, self.seed, rnd)
-        if len(clients) == 0:  # nobody reachable: the global model stays
-            return server_state, {"train_loss": float("nan"), "participants": 0.0}
-        info = RoundInfo(
-            round=rnd,
-            num_clients=self.num_clients,
-            clients=tuple(int(c) for c in clients),
-            lr=lr,
-            seed=self.seed,
-        )
-        downlink = algo.broadcast(server_state, info)
-        self.check_payload(downlink, algo.downlink_keys, "downlink")
+        info = self.start_round(rnd, lr, per_round, clients)
+        if info is None:  # nobody reachable: the global model stays
+            return server_state, dict(EMPTY_ROUND)
+        downlink = self.algorithm.broadcast(server_state, info)
+        self.check_payload(downlink, self.algorithm.downlink_keys, "downlink")
         # uplinks are copied into one preallocated stack as they arrive (one copy in memory)
         stacked: Tree | None = None
         losses, kept = [], []
@@ -92,20 +81,6 @@ class SequentialEngine(EngineBase):
                 buf[len(kept)].copy_(v)
             losses.append(loss)
             kept.append(cid)
-        metrics = {
-            "skipped_clients": float(len(info.clients) - len(kept)),
-            "participants": float(len(kept)),
-        }
-        if stacked is None:  # every update diverged and was dropped: the global model stays
-            return server_state, {**metrics, "train_loss": float("nan")}
-        if len(kept) < len(info.clients):
+        if stacked is not None and len(kept) < len(info.clients):
             stacked = tree_map(lambda buf: buf[: len(kept)], stacked)
-            info = replace(info, clients=tuple(kept))
-        weights = torch.tensor(
-            [len(self.parts[c]) for c in kept], dtype=torch.float32, device=self.device
-        )
-        server_state, agg_metrics = algo.aggregate(server_state, stacked, weights, info)
-        self.check_finite(server_state["x"], rnd, "the global model after aggregation")
-        metrics["train_loss"] = float(np.mean(losses))
-        metrics.update({k: float(v) for k, v in agg_metrics.items()})
-        return server_state, metrics
+        return self.finish_round(server_state, info, stacked, kept, losses)

@@ -23,9 +23,9 @@ from torch import Tensor, nn
 from torch.func import vmap
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.tree import Tree, leaves, tree_map, tree_stack
-from fedretain.engines.base import DivergenceError
-from fedretain.engines.schedule import batch_plan, sample_clients
+from fedretain.core.tree import Tree, tree_map, tree_stack
+from fedretain.engines.base import EMPTY_ROUND, DivergenceError
+from fedretain.engines.schedule import batch_plan
 from fedretain.engines.sequential import SequentialEngine
 
 
@@ -168,18 +168,10 @@ class VmapEngine(SequentialEngine):
     ) -> tuple[Tree, dict[str, float]]:
         if self.fallback:
             return super().run_round(server_state, rnd, lr, per_round, clients)
+        info = self.start_round(rnd, lr, per_round, clients)
+        if info is None:
+            return server_state, dict(EMPTY_ROUND)
         algo = self.algorithm
-        if clients is None:
-            clients = sample_clients(self.num_clients, per_round, self.seed, rnd)
-        if len(clients) == 0:
-            return server_state, {"train_loss": float("nan"), "participants": 0.0}
-        info = RoundInfo(
-            round=rnd,
-            num_clients=self.num_clients,
-            clients=tuple(int(c) for c in clients),
-            lr=lr,
-            seed=self.seed,
-        )
         downlink = algo.broadcast(server_state, info)
         self.check_payload(downlink, algo.downlink_keys, "downlink")
         size = self.chunk_size(len(info.clients))
@@ -188,40 +180,24 @@ class VmapEngine(SequentialEngine):
             cids = list(info.clients[start : start + size])
             uplinks, loss, states = self.train_chunk(cids, downlink, info)
             self.check_payload(uplinks, algo.uplink_keys, "uplink")
-            ok = torch.isfinite(loss)
-            for leaf in leaves(uplinks):
-                if leaf.dtype.is_floating_point:
-                    ok = ok & torch.isfinite(leaf.reshape(len(cids), -1)).all(dim=1)
+            rows = []
             for k, cid in enumerate(cids):
                 self.ledger.record(cid, "down", downlink)
-                if not bool(ok[k]):
+                uplink = tree_map(lambda v, k=k: v[k], uplinks)
+                try:
+                    self.check_finite(
+                        {"loss": loss[k], **uplink}, rnd, f"the update of client {cid}"
+                    )
+                except DivergenceError:
                     if self.on_divergence != "skip":
-                        raise DivergenceError(
-                            f"training diverged in round {rnd + 1}: NaN or Inf in the update of "
-                            f"client {cid}; lower lr (or lr_schedule), or check the data "
-                            "(or on_divergence=skip to drop such updates)"
-                        )
+                        raise
                     continue
-                self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], uplinks))
+                self.ledger.record(cid, "up", uplink)
                 self.keep_client_state(cid, tree_map(lambda v, k=k: v[k].clone(), states))
+                rows.append(k)
                 kept.append(cid)
-            keep = ok.nonzero().flatten()
+                losses.append(float(loss[k]))
+            keep = torch.tensor(rows, dtype=torch.int64, device=self.device)
             parts.append(tree_map(lambda v, keep=keep: v.index_select(0, keep), uplinks))
-            losses.append(loss[keep])
-        metrics = {
-            "skipped_clients": float(len(info.clients) - len(kept)),
-            "participants": float(len(kept)),
-        }
-        if not kept:
-            return server_state, {**metrics, "train_loss": float("nan")}
         stacked = parts[0] if len(parts) == 1 else tree_map(lambda *v: torch.cat(v), *parts)
-        if len(kept) < len(info.clients):
-            info = replace(info, clients=tuple(kept))
-        weights = torch.tensor(
-            [len(self.parts[c]) for c in kept], dtype=torch.float32, device=self.device
-        )
-        server_state, agg = algo.aggregate(server_state, stacked, weights, info)
-        self.check_finite(server_state["x"], rnd, "the global model after aggregation")
-        metrics["train_loss"] = float(torch.cat(losses).mean())
-        metrics.update({k: float(v) for k, v in agg.items()})
-        return server_state, metrics
+        return self.finish_round(server_state, info, stacked, kept, losses)

@@ -48,7 +48,9 @@ def sgd(momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False
             b = tree_map(lambda b, g: momentum * b + g, state["b"], d)
             d = tree_map(lambda g, b: g + momentum * b, d, b) if nesterov else b
             state = {"b": b}
-        return tree_map(lambda p, g: p - lr * g, params, d), state
+        if isinstance(lr, Tensor):  # one fused op: p + (-1) * g * lr
+            return tree_map(lambda p, g: torch.addcmul(p, g, lr, value=-1.0), params, d), state
+        return tree_map(lambda p, g: torch.add(p, g, alpha=-lr), params, d), state
 
     return Optimizer("sgd", init, update)
 

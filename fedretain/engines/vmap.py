@@ -121,6 +121,7 @@ class VmapEngine(SequentialEngine):
         return {
             "x": torch.stack([pad(d["x"]) for d in data]),
             "y": torch.stack([pad(d["y"]) for d in data]),
+            "w": torch.stack([pad(d["w"]) for d in data]),  # 0 on padding
             "label_mask": torch.stack([d["label_mask"] for d in data]),
         }
 
@@ -135,25 +136,33 @@ class VmapEngine(SequentialEngine):
         sizes = torch.tensor([len(self.parts[c]) for c in cids], device=self.device)
 
         def ctx_of(num: Tensor, d: Tree) -> ClientContext:
-            full = {**d, "w": (torch.arange(d["y"].shape[0], device=num.device) < num).float()}
-            return ClientContext(task=task, info=info, client_id=-1, num_samples=num, data=full)
+            return ClientContext(task=task, info=info, client_id=-1, num_samples=num, data=d)
 
         def init(cs: Tree, num: Tensor, d: Tree) -> Tree:
             return algo.local_init(downlink, cs, ctx_of(num, d))
 
-        def step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, alive: Tensor):
+        def step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor):
             batch = {"x": d["x"][i], "y": d["y"][i], "w": w, "label_mask": d["label_mask"]}
             new, metrics = algo.local_step(state, batch, ctx_of(num, d))
-            return _keep_live(alive, new, state), torch.where(alive, metrics["loss"], 0.0)
+            return new, metrics["loss"]
+
+        def masked_step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, alive: Tensor):
+            new, loss = step(state, num, d, i, w)
+            return _keep_live(alive, new, state), torch.where(alive, loss, 0.0)
 
         def final(state: Tree, cs: Tree, num: Tensor, d: Tree) -> tuple[Tree, Tree]:
             return algo.local_final(state, cs, ctx_of(num, d))
 
         vstep = vmap(step, randomness="different")
+        vmasked = vmap(masked_step, randomness="different")
         state = vmap(init, randomness="different")(client_states, sizes, data)
         loss_sum = torch.zeros(len(cids), device=self.device)
+        all_live = live.all(dim=0).tolist()  # from host plans: no device sync in the loop
         for t in range(idx.shape[1]):
-            state, loss = vstep(state, sizes, data, idx[:, t], wts[:, t], live[:, t])
+            if all_live[t]:  # every client of the chunk takes this step: no masking needed
+                state, loss = vstep(state, sizes, data, idx[:, t], wts[:, t])
+            else:
+                state, loss = vmasked(state, sizes, data, idx[:, t], wts[:, t], live[:, t])
             loss_sum = loss_sum + loss
         uplinks, new_states = vmap(final, randomness="different")(state, client_states, sizes, data)
         return uplinks, loss_sum / live.sum(dim=1), new_states

@@ -182,18 +182,16 @@ def gradma(
                 list(info.clients),
                 memory,
             )
-            row_of = {c: j for j, c in enumerate(buf) if c >= 0}
             # per slot: the uplink row of this round's client (or -1) and whether it is new
             src = torch.tensor([info.clients.index(c) if c in info.clients else -1 for c in buf])
             fresh = torch.tensor([j in new_slots for j in range(memory)])
-            live = torch.tensor([c >= 0 for c in buf])
 
             def update_rows(D: Tensor, up: Tensor) -> Tensor:
+                # empty slots stay zero: they are never written, and evicted rows are refilled
                 shape = (memory,) + (1,) * (D.dim() - 1)
-                s, f, v = (t.to(D.device) for t in (src, fresh, live))
+                s, f = src.to(D.device), fresh.to(D.device)
                 incoming = up[s.clamp(min=0)] * (s >= 0).view(shape).to(up.dtype)
-                decayed = torch.where(f.view(shape), torch.zeros_like(D), beta2 * D)
-                return torch.where(v.view(shape), decayed + incoming, torch.zeros_like(D))
+                return D * (beta2 * (~f).to(D.dtype)).view(shape) + incoming
 
             D = tree_map(update_rows, server_state["D"], uplinks["d"])
             rows = [j for j in range(memory) if buf[j] >= 0]
@@ -205,7 +203,7 @@ def gradma(
                 buf=torch.tensor(buf, dtype=torch.int64),
                 count=torch.tensor(count, dtype=torch.int64),
             )
-            metrics["memory_rows"] = torch.tensor(float(len(row_of)))
+            metrics["memory_rows"] = torch.tensor(float(len(rows)))
         else:
             m_tilde = m
         new["m"] = m_tilde
@@ -253,13 +251,4 @@ def gradma_s(
     opt: Optimizer | None = None,
 ) -> Algorithm:
     """GradMA-S (Alg. 8): FedAvg workers with the GradMA server."""
-    return gradma(
-        variant="server",
-        beta1=beta1,
-        beta2=beta2,
-        server_lr=server_lr,
-        memory=memory,
-        per_layer=per_layer,
-        weighted=weighted,
-        opt=opt,
-    )
+    return gradma(variant="server", **locals())

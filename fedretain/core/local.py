@@ -35,7 +35,6 @@ def make_local_init(opt: Optimizer) -> LocalInitFn:
             "down": down,
             "client": client_state,
             "lr": torch.tensor(ctx.info.lr, dtype=torch.float32),
-            "steps": torch.zeros((), dtype=torch.float32),
             "lr_sum": torch.zeros((), dtype=torch.float32),
         }
 
@@ -65,14 +64,13 @@ def make_local_step(
 
 
 def advance(opt: Optimizer, state: Tree, direction: Tree, buffers: Tree) -> Tree:
-    """The step state after one optimiser step along ``direction`` (counts steps and lr)."""
+    """The step state after one optimiser step along ``direction`` (adds lr to ``lr_sum``)."""
     params, opt_state = opt.update(direction, state["opt"], state["params"], state["lr"])
     return {
         **state,
         "params": params,
         "buffers": buffers,
         "opt": opt_state,
-        "steps": state["steps"] + 1,
         "lr_sum": state["lr_sum"] + state["lr"],
     }
 

@@ -9,7 +9,7 @@ with ``x`` (float inputs), ``y`` (labels), ``w`` (per-example weights: 1 for rea
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,11 +32,6 @@ class Task:
     # differentiate with torch.func.grad (needed under vmap) instead of torch.autograd.grad,
     # which is faster per step for one client at a time
     functional: bool = False
-    _param_names: tuple[str, ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        names = tuple(n for n, p in self.model.named_parameters() if p.requires_grad)
-        object.__setattr__(self, "_param_names", names)
 
     def init(self) -> tuple[Tree, Tree]:
         """The module's current parameters and buffers, as detached copies."""
@@ -48,7 +43,8 @@ class Task:
         self, params: Tree, buffers: Tree, x: Tensor, train: bool = True
     ) -> tuple[Tensor, Tree]:
         """Logits and the buffers after the call (BatchNorm statistics update in training)."""
-        self.model.train(train)
+        if self.model.training != train:  # train() walks every module: only on a change
+            self.model.train(train)
         if buffers and train:
             buffers = {k: v.clone() for k, v in buffers.items()}
         logits = functional_call(self.model, {**params, **buffers}, (x,), tie_weights=False)

@@ -56,21 +56,8 @@ def unflatten(flat: dict[str, Tensor]) -> Tree:
     return out
 
 
-def tree_add(a: Tree, b: Tree) -> Tree:
-    return tree_map(torch.add, a, b)
-
-
 def tree_sub(a: Tree, b: Tree) -> Tree:
     return tree_map(torch.sub, a, b)
-
-
-def tree_scale(a: Tree, s: float | Tensor) -> Tree:
-    return tree_map(lambda x: x * s, a)
-
-
-def tree_axpy(alpha: float | Tensor, x: Tree, y: Tree) -> Tree:
-    """``alpha * x + y`` leafwise."""
-    return tree_map(lambda u, v: v + alpha * u, x, y)
 
 
 def tree_zeros_like(a: Tree) -> Tree:
@@ -85,10 +72,6 @@ def tree_vdot(a: Tree, b: Tree) -> Tensor:
     """Inner product over all leaves, as one scalar."""
     terms = [torch.sum(x * y) for x, y in zip(leaves(a), leaves(b), strict=True)]
     return torch.stack(terms).sum() if terms else torch.zeros(())
-
-
-def tree_sq_norm(a: Tree) -> Tensor:
-    return tree_vdot(a, a)
 
 
 def tree_where(cond: Tensor, a: Tree, b: Tree) -> Tree:

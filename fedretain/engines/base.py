@@ -12,7 +12,7 @@ from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, tree_allfinite
 from fedretain.data.base import Dataset, as_float
 from fedretain.engines.ledger import Ledger
-from fedretain.engines.schedule import sample_clients
+from fedretain.engines.schedule import batch_plan, sample_clients
 from fedretain.errors import FedRetainError
 
 
@@ -79,6 +79,19 @@ class EngineBase:
             "w": torch.ones(len(idx), device=self.device),
             "label_mask": label_mask,
         }
+
+    def plan(self, cid: int, info: RoundInfo) -> list[np.ndarray]:
+        """The client's seeded mini-batch indices for this round (the same for every engine)."""
+        return batch_plan(
+            len(self.parts[cid]),
+            self.local.batch_size,
+            self.seed,
+            info.round,
+            cid,
+            epochs=self.local.epochs,
+            steps=self.local.steps,
+            full_batch=self.algorithm.schedule == "full_batch",
+        )
 
     def context(self, cid: int, info: RoundInfo, data: Batch) -> ClientContext:
         return ClientContext(

@@ -12,7 +12,6 @@ import torch
 from fedretain.core.algorithm import RoundInfo
 from fedretain.core.tree import Tree, leaves, tree_map
 from fedretain.engines.base import EMPTY_ROUND, DivergenceError, EngineBase
-from fedretain.engines.schedule import batch_plan
 
 
 class SequentialEngine(EngineBase):
@@ -23,20 +22,10 @@ class SequentialEngine(EngineBase):
         algo = self.algorithm
         data = self.client_data(cid)
         ctx = self.context(cid, info, data)
-        plan = batch_plan(
-            ctx.num_samples,
-            self.local.batch_size,
-            self.seed,
-            info.round,
-            cid,
-            epochs=self.local.epochs,
-            steps=self.local.steps,
-            full_batch=algo.schedule == "full_batch",
-        )
         client_state = self.client_state(cid, downlink)
         state = algo.local_init(downlink, client_state, ctx)
         losses = []
-        for idx in plan:
+        for idx in self.plan(cid, info):
             i = torch.from_numpy(idx).to(self.device)
             batch = {"x": data["x"][i], "y": data["y"][i], "w": data["w"][i]}
             batch["label_mask"] = data["label_mask"]

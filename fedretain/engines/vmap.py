@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import vmap
+from torch.nn.utils.rnn import pad_sequence
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.tree import Tree, tree_map, tree_stack
 from fedretain.engines.base import EMPTY_ROUND, DivergenceError
-from fedretain.engines.schedule import batch_plan
 from fedretain.engines.sequential import SequentialEngine
 
 
@@ -77,22 +77,10 @@ class VmapEngine(SequentialEngine):
         per_client = 8 * sum(p.numel() * p.element_size() for p in self.task.model.parameters())
         return int(max(1, min(num, (1 << 30) // max(per_client, 1))))
 
-    def _plans(self, cids: list[int], info: RoundInfo) -> tuple[Tensor, Tensor, Tensor]:
-        """Padded batch indices (K, T, B), sample weights (K, T, B) and live steps (K, T)."""
-        full = self.algorithm.schedule == "full_batch"
-        plans = [
-            batch_plan(
-                len(self.parts[c]),
-                self.local.batch_size,
-                self.seed,
-                info.round,
-                c,
-                epochs=self.local.epochs,
-                steps=self.local.steps,
-                full_batch=full,
-            )
-            for c in cids
-        ]
+    def _plans(self, cids: list[int], info: RoundInfo) -> tuple[Tensor, Tensor, Tensor, list[bool]]:
+        """Padded batch indices (K, T, B), sample weights (K, T, B), live steps (K, T), and
+        for each step whether every client takes it (known on the host, so no device sync)."""
+        plans = [self.plan(c, info) for c in cids]
         steps = max(len(p) for p in plans)
         width = max(len(b) for p in plans for b in p)
         idx = np.zeros((len(cids), steps, width), dtype=np.int64)
@@ -108,22 +96,15 @@ class VmapEngine(SequentialEngine):
             torch.from_numpy(idx).to(dev),
             torch.from_numpy(wts).to(dev),
             torch.from_numpy(live).to(dev),
+            live.all(axis=0).tolist(),
         )
 
     def _data(self, cids: list[int]) -> Tree:
         """The chunk's client data padded to the largest client: x, y, label_mask stacked."""
         data = [self.client_data(c) for c in cids]
-        n = max(len(d["y"]) for d in data)
-
-        def pad(t: Tensor) -> Tensor:
-            return torch.cat([t, t.new_zeros((n - len(t), *t.shape[1:]))]) if len(t) < n else t
-
-        return {
-            "x": torch.stack([pad(d["x"]) for d in data]),
-            "y": torch.stack([pad(d["y"]) for d in data]),
-            "w": torch.stack([pad(d["w"]) for d in data]),  # 0 on padding
-            "label_mask": torch.stack([d["label_mask"] for d in data]),
-        }
+        out = {k: pad_sequence([d[k] for d in data], batch_first=True) for k in ("x", "y", "w")}
+        out["label_mask"] = torch.stack([d["label_mask"] for d in data])
+        return out  # padding is zero, so its sample weight w is 0
 
     def train_chunk(
         self, cids: list[int], downlink: Tree, info: RoundInfo
@@ -131,7 +112,7 @@ class VmapEngine(SequentialEngine):
         """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states."""
         algo, task = self.algorithm, self.vtask
         data = self._data(cids)
-        idx, wts, live = self._plans(cids, info)
+        idx, wts, live, all_live = self._plans(cids, info)
         client_states = tree_stack([self.client_state(c, downlink) for c in cids])
         sizes = torch.tensor([len(self.parts[c]) for c in cids], device=self.device)
 
@@ -157,7 +138,6 @@ class VmapEngine(SequentialEngine):
         vmasked = vmap(masked_step, randomness="different")
         state = vmap(init, randomness="different")(client_states, sizes, data)
         loss_sum = torch.zeros(len(cids), device=self.device)
-        all_live = live.all(dim=0).tolist()  # from host plans: no device sync in the loop
         for t in range(idx.shape[1]):
             if all_live[t]:  # every client of the chunk takes this step: no masking needed
                 state, loss = vstep(state, sizes, data, idx[:, t], wts[:, t])

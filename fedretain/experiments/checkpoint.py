@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from fedretain.core.tree import Tree
+from fedretain.core.tree import Tree, flatten
 from fedretain.errors import DataError
 from fedretain.experiments.results import atomic_write_bytes, write_json
 
@@ -33,18 +33,16 @@ FORMAT = 1
 
 def structure(tree: Tree) -> dict[str, Any]:
     """The keys of a tree, leaves as None (empty sub-trees are kept)."""
+    for k in tree:
+        if "/" in k:
+            raise ValueError(f"tree key {k!r} contains '/', which checkpoints reserve")
     return {k: structure(v) if isinstance(v, dict) else None for k, v in tree.items()}
 
 
 def _put(flat: dict[str, torch.Tensor], prefix: str, tree: Tree) -> None:
-    for k, v in tree.items():
-        if "/" in k:
-            raise ValueError(f"tree key {k!r} contains '/', which checkpoints reserve")
-        name = f"{prefix}/{k}"
-        if isinstance(v, dict):
-            _put(flat, name, v)
-        else:
-            flat[name] = v.detach().to("cpu").contiguous().clone()
+    structure(tree)  # refuses keys with '/'
+    for name, v in flatten(tree, prefix + "/").items():
+        flat[name] = v.detach().to("cpu").contiguous().clone()
 
 
 def _get(flat: dict[str, torch.Tensor], prefix: str, shape: dict[str, Any], device: torch.device):

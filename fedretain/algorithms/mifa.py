@@ -48,7 +48,14 @@ from torch import Tensor
 from fedretain.algorithms.fedavg import fedavg, mean_weights
 from fedretain.core.algorithm import Algorithm, RoundInfo
 from fedretain.core.optim import Optimizer
-from fedretain.core.tree import Tree, leaves, tree_map, tree_weighted_mean, tree_where
+from fedretain.core.tree import (
+    Tree,
+    leaves,
+    tree_map,
+    tree_weighted_mean,
+    tree_where,
+    tree_zeros_like,
+)
 
 
 def empty_table(params: Tree) -> Tree:
@@ -150,7 +157,7 @@ def mifam(*, beta: float = 0.9, server_lr: float = 1.0, opt: Optimizer | None = 
             "x": params,
             "buffers": buffers,
             "D": empty_table(params),
-            "m": tree_map(torch.zeros_like, params),
+            "m": tree_zeros_like(params),
         }
 
     def aggregate(

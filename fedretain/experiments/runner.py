@@ -203,7 +203,7 @@ def _summary(
         "rounds": rounds_done,
         "rounds_to": rounds_to_targets(records, cfg.targets),
         "wall_seconds": final["seconds"],
-        "num_params": tree_numel(built["task"].init()[0]),
+        "num_params": tree_numel(server_state["x"]),
         "clients": len(parts),
         "client_samples": {
             "min": int(min(sizes)),
@@ -233,13 +233,14 @@ def run_experiment(
     x_test, y_test = dataset.x_test, dataset.y_test
     records: list[dict[str, Any]] = []
     skipped = 0.0
+    fingerprint = _fingerprint(cfg)
 
     if resume:
         ckpt = load_checkpoint(out, engine.device)
         changed = [
             k
-            for k in set(ckpt.fingerprint) | set(_fingerprint(cfg))
-            if ckpt.fingerprint.get(k) != _fingerprint(cfg).get(k)
+            for k in set(ckpt.fingerprint) | set(fingerprint)
+            if ckpt.fingerprint.get(k) != fingerprint.get(k)
         ]
         if changed:
             raise ConfigError(
@@ -294,7 +295,7 @@ def run_experiment(
                 elapsed=elapsed0 + time.perf_counter() - start,
                 torch_rng=torch.get_rng_state(),
                 cuda_rng=torch.cuda.get_rng_state_all() if engine.device.type == "cuda" else [],
-                fingerprint=_fingerprint(cfg),
+                fingerprint=fingerprint,
             ),
         )
 

@@ -33,7 +33,7 @@ def leaves(tree: Tree) -> list[Tensor]:
 
 
 def flatten(tree: Tree, prefix: str = "") -> dict[str, Tensor]:
-    """A flat ``{"a.b.c": tensor}`` view of a tree (for files and records)."""
+    """A flat ``{"a/b/c": tensor}`` view of a tree (for files and records)."""
     out: dict[str, Tensor] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"

@@ -13,6 +13,7 @@ from fedretain.core.tree import Tree, tree_allfinite
 from fedretain.data.base import Dataset, as_float
 from fedretain.engines.ledger import Ledger
 from fedretain.engines.schedule import batch_plan, sample_clients
+from fedretain.engines.store import ClientStore, MemoryStore
 from fedretain.errors import FedRetainError
 
 
@@ -48,6 +49,7 @@ class EngineBase:
         seed: int,
         device: str | torch.device = "cpu",
         on_divergence: str = "stop",
+        store: ClientStore | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.task = task
@@ -57,7 +59,8 @@ class EngineBase:
         self.seed = seed
         self.device = torch.device(device)
         self.on_divergence = on_divergence  # "stop" raises, "skip" drops the client's update
-        self.store: dict[int, Tree] = {}
+        self.store = store if store is not None else MemoryStore()
+        self.store.device = self.device
         self.ledger = Ledger()
 
     @property
@@ -105,8 +108,9 @@ class EngineBase:
         return self.algorithm.client_init(server_state["x"])
 
     def keep_client_state(self, cid: int, state: Tree) -> None:
+        """Store the client's new state (the store copies it)."""
         if state:
-            self.store[cid] = state
+            self.store.put(cid, state)
 
     def check_payload(self, payload: Tree, declared: tuple[str, ...], what: str) -> None:
         if tuple(payload) != declared:

@@ -182,7 +182,7 @@ class VmapEngine(SequentialEngine):
                         raise
                     continue
                 self.ledger.record(cid, "up", uplink)
-                self.keep_client_state(cid, tree_map(lambda v, k=k: v[k].clone(), states))
+                self.keep_client_state(cid, tree_map(lambda v, k=k: v[k], states))
                 rows.append(k)
                 kept.append(cid)
                 losses.append(float(loss[k]))

@@ -9,12 +9,15 @@ so a crafted checkpoint cannot run code.
 Layout in the results folder: ``checkpoint/state-<round>.safetensors`` and
 ``checkpoint/meta.json`` naming it. The tensor file is written first under a new name, then
 ``meta.json`` is replaced atomically, then the old tensor file is removed: a crash at any
-moment leaves the previous checkpoint or the new one, both whole.
+moment leaves the previous checkpoint or the new one, both whole. With ``client_store=disk``
+the client states are not copied into the tensor file: ``checkpoint/clients-<round>/`` holds
+hard links to the store's files of that moment (see :mod:`fedretain.engines.store`).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from fedretain.core.tree import Tree, flatten
+from fedretain.engines.store import ClientStore, DiskStore
 from fedretain.errors import DataError
 from fedretain.experiments.results import atomic_write_bytes, write_json
 
@@ -58,13 +62,27 @@ def _get(flat: dict[str, torch.Tensor], prefix: str, shape: dict[str, Any], devi
 class Checkpoint:
     round: int  # rounds completed
     server: Tree
-    clients: dict[int, Tree]
+    clients: ClientStore | dict[int, Tree]  # saving: the engine's store; loading: memory states
     ledger: dict[str, Any]
     records: list[dict[str, Any]]
     elapsed: float  # wall seconds of the run so far
     torch_rng: torch.Tensor
     cuda_rng: list[torch.Tensor]
     fingerprint: dict[str, Any]  # the resolved config the state belongs to
+    client_dir: Path | None = None  # loading a disk store's checkpoint: its snapshot folder
+
+    def restore_clients(self, store: ClientStore) -> None:
+        """Put the checkpoint's client states into the engine's (empty) store."""
+        if self.client_dir is not None:
+            if not isinstance(store, DiskStore):
+                raise DataError(
+                    "this checkpoint keeps client states on disk: resume with client_store=disk"
+                )
+            store.restore(self.client_dir)
+            return
+        assert isinstance(self.clients, dict)
+        for cid, state in self.clients.items():
+            store.put(cid, state)
 
 
 def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
@@ -72,8 +90,16 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     flat: dict[str, torch.Tensor] = {}
     _put(flat, "server", ckpt.server)
-    for cid, state in ckpt.clients.items():
-        _put(flat, f"client/{cid}", state)
+    on_disk = isinstance(ckpt.clients, DiskStore)
+    clients: dict[str, Any] = {}
+    client_dir = f"clients-{ckpt.round}"
+    if on_disk:
+        shutil.rmtree(folder / client_dir, ignore_errors=True)
+        ckpt.clients.snapshot(folder / client_dir)  # type: ignore[union-attr]
+    else:
+        for cid, state in ckpt.clients.items():
+            _put(flat, f"client/{cid}", state)
+            clients[str(cid)] = structure(state)
     flat["rng/torch"] = ckpt.torch_rng.clone()
     for i, s in enumerate(ckpt.cuda_rng):
         flat[f"rng/cuda/{i}"] = s.clone()
@@ -87,7 +113,8 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
             "round": ckpt.round,
             "tensors": name,
             "server": structure(ckpt.server),
-            "clients": {str(c): structure(s) for c, s in ckpt.clients.items()},
+            "clients": clients,
+            "client_dir": client_dir if on_disk else None,
             "cuda_rng": len(ckpt.cuda_rng),
             "ledger": ckpt.ledger,
             "records": ckpt.records,
@@ -97,6 +124,8 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
     )
     if old and old.get("tensors") != name:
         (folder / old["tensors"]).unlink(missing_ok=True)
+    if old and old.get("client_dir") and old["client_dir"] != client_dir:
+        shutil.rmtree(folder / old["client_dir"], ignore_errors=True)
     return folder / name
 
 
@@ -137,6 +166,7 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
             torch_rng=flat["rng/torch"],
             cuda_rng=[flat[f"rng/cuda/{i}"] for i in range(int(meta["cuda_rng"]))],
             fingerprint=meta["fingerprint"],
+            client_dir=folder / meta["client_dir"] if meta.get("client_dir") else None,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"checkpoint in {folder} is incomplete or corrupt ({e!r})") from None

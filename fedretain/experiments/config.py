@@ -22,6 +22,7 @@ from fedretain.errors import ConfigError, unknown_choice
 
 ENGINES = ("sequential", "vmap")
 ON_DIVERGENCE = ("stop", "skip")
+CLIENT_STORES = ("memory", "disk")
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -59,6 +60,8 @@ class Config:
     threads: int = 0  # torch CPU threads; 0 keeps torch's default
     checkpoint_every: int = 10  # rounds between checkpoints (0: none); `run --resume` continues
     on_divergence: str = "stop"  # NaN/Inf in a client's update: "stop" the run or "skip" it
+    client_store: str = "memory"  # per-client state in RAM, or "disk": DIR/client_state/
+    client_store_dtype: str = "float32"  # or float16 / bfloat16: half the bytes per client
     dataset_params: dict[str, Any] = field(default_factory=dict)
     partition_params: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
@@ -240,6 +243,7 @@ def validate(cfg: Config) -> None:
     from fedretain.data.datasets import dataset_params
     from fedretain.data.partition import partition_params
     from fedretain.engines.schedule import PARTICIPATIONS, Participation, participation_params
+    from fedretain.engines.store import STORE_DTYPES
     from fedretain.losses import LOSSES
     from fedretain.models import model_params
 
@@ -266,6 +270,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError(unknown_choice("engine", cfg.engine, ENGINES))
     if cfg.on_divergence not in ON_DIVERGENCE:
         raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
+    if cfg.client_store not in CLIENT_STORES:
+        raise ConfigError(unknown_choice("client_store", cfg.client_store, CLIENT_STORES))
+    if cfg.client_store_dtype not in STORE_DTYPES:
+        raise ConfigError(
+            unknown_choice("client_store_dtype", cfg.client_store_dtype, STORE_DTYPES)
+        )
     if cfg.optimizer not in OPTIMIZERS:
         raise ConfigError(unknown_choice("optimizer", cfg.optimizer, OPTIMIZERS))
     if cfg.loss not in LOSSES:

@@ -35,6 +35,7 @@ from fedretain.data.partition import make_partition, train_val_split
 from fedretain.engines.base import DivergenceError, LocalSpec
 from fedretain.engines.schedule import Participation
 from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.store import make_store
 from fedretain.engines.vmap import VmapEngine
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -115,8 +116,11 @@ def make_clients(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     )
 
 
-def prepare(cfg: Config) -> dict[str, Any]:
-    """Everything a run needs, built from the config: data, partition, task, algorithm."""
+def prepare(cfg: Config, out: Path | None = None) -> dict[str, Any]:
+    """Everything a run needs, built from the config: data, partition, task, algorithm.
+
+    ``out`` is the results folder (a disk client store lives in ``out/client_state``).
+    """
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
@@ -146,6 +150,11 @@ def prepare(cfg: Config) -> dict[str, Any]:
         seed=cfg.seed,
         device=device,
         on_divergence=cfg.on_divergence,
+        store=make_store(
+            cfg.client_store if out is not None else "memory",
+            cfg.client_store_dtype,
+            out / "client_state" if out is not None else None,
+        ),
         **extra,
     )
     participation = Participation(
@@ -226,7 +235,7 @@ def run_experiment(
     to those of an uninterrupted run (apart from ``seconds``).
     """
     out = Path(out)
-    built = prepare(cfg)
+    built = prepare(cfg, out)
     dataset, task, algorithm, engine = (
         built[k] for k in ("dataset", "task", "algorithm", "engine")
     )
@@ -248,7 +257,7 @@ def run_experiment(
                 f"only {', '.join(RESUMABLE)} may change"
             )
         server_state = ckpt.server
-        engine.store = ckpt.clients
+        ckpt.restore_clients(engine.store)
         engine.ledger.load_state(ckpt.ledger)
         records = ckpt.records
         first_round, elapsed0 = ckpt.round, ckpt.elapsed

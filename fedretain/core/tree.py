@@ -115,8 +115,30 @@ def tree_numel(tree: Tree) -> int:
     return sum(x.numel() for x in leaves(tree))
 
 
+def finite_rows(tree: Tree, n: int) -> Tensor:
+    """``(n,)`` bools: whether row ``i`` (of the leading axis) of every floating leaf is finite.
+
+    Fast path: a row's sum is finite exactly when the row has no NaN/Inf, unless finite values
+    overflow, so rows are summed first (one read) and only then checked element by element.
+    """
+    ok = torch.ones(n, dtype=torch.bool)
+    for x in leaves(tree):
+        if x.dtype.is_floating_point:
+            rows = x.reshape(n, -1)
+            fine = torch.isfinite(rows.sum(dim=1))
+            if not bool(fine.all()):
+                fine = torch.isfinite(rows).all(dim=1)
+            ok = ok.to(fine.device) & fine
+    return ok
+
+
 def tree_allfinite(tree: Tree) -> bool:
-    return all(bool(torch.isfinite(x).all()) for x in leaves(tree) if x.dtype.is_floating_point)
+    """Whether no floating leaf holds NaN or Inf (a finite sum is the fast path)."""
+    return all(
+        bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all())
+        for x in leaves(tree)
+        if x.dtype.is_floating_point
+    )
 
 
 def ravel(tree: Tree) -> Tensor:

@@ -162,8 +162,13 @@ class EngineBase:
 
     def check_finite(self, tree: Tree, rnd: int, where: str) -> None:
         if not tree_allfinite(tree):
-            hint = " (or on_divergence=skip to drop such updates)" if "client" in where else ""
-            raise DivergenceError(
-                f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
-                f"lower lr (or lr_schedule), or check the data{hint}"
-            )
+            raise diverged(rnd, where)
+
+
+def diverged(rnd: int, where: str) -> DivergenceError:
+    """The error for NaN/Inf found in ``where`` during round ``rnd`` (0-based)."""
+    hint = " (or on_divergence=skip to drop such updates)" if "client" in where else ""
+    return DivergenceError(
+        f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
+        f"lower lr (or lr_schedule), or check the data{hint}"
+    )

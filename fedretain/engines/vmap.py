@@ -24,8 +24,8 @@ from torch.func import vmap
 from torch.nn.utils.rnn import pad_sequence
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.tree import Tree, tree_map, tree_stack
-from fedretain.engines.base import EMPTY_ROUND, DivergenceError
+from fedretain.core.tree import Tree, finite_rows, tree_map, tree_stack
+from fedretain.engines.base import EMPTY_ROUND, diverged
 from fedretain.engines.sequential import SequentialEngine
 
 
@@ -169,24 +169,24 @@ class VmapEngine(SequentialEngine):
             cids = list(info.clients[start : start + size])
             uplinks, loss, states = self.train_chunk(cids, downlink, info)
             self.check_payload(uplinks, algo.uplink_keys, "uplink")
+            # one finiteness check and one host transfer per chunk, not per client
+            finite = finite_rows({"loss": loss, **uplinks}, len(cids)).tolist()
+            loss_values = loss.tolist()
             rows = []
             for k, cid in enumerate(cids):
                 self.ledger.record(cid, "down", downlink)
-                uplink = tree_map(lambda v, k=k: v[k], uplinks)
-                try:
-                    self.check_finite(
-                        {"loss": loss[k], **uplink}, rnd, f"the update of client {cid}"
-                    )
-                except DivergenceError:
+                if not finite[k]:
                     if self.on_divergence != "skip":
-                        raise
+                        raise diverged(rnd, f"the update of client {cid}")
                     continue
-                self.ledger.record(cid, "up", uplink)
+                self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], uplinks))
                 self.keep_client_state(cid, tree_map(lambda v, k=k: v[k], states))
                 rows.append(k)
                 kept.append(cid)
-                losses.append(float(loss[k]))
-            keep = torch.tensor(rows, dtype=torch.int64, device=self.device)
-            parts.append(tree_map(lambda v, keep=keep: v.index_select(0, keep), uplinks))
+                losses.append(loss_values[k])
+            if len(rows) < len(cids):
+                keep = torch.tensor(rows, dtype=torch.int64, device=self.device)
+                uplinks = tree_map(lambda v, keep=keep: v.index_select(0, keep), uplinks)
+            parts.append(uplinks)
         stacked = parts[0] if len(parts) == 1 else tree_map(lambda *v: torch.cat(v), *parts)
         return self.finish_round(server_state, info, stacked, kept, losses)

@@ -16,15 +16,21 @@ from typing import Any
 import tomli_w
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
+
+    ``fsync=False`` skips flushing to the disk: the file is still whole or absent after a
+    killed process, but not after a power loss (for scratch files synced later in bulk).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,7 +1,9 @@
 import torch
 
 from fedretain.core.tree import (
+    finite_rows,
     flatten,
+    tree_allfinite,
     tree_bytes,
     tree_map,
     tree_stack,
@@ -49,3 +51,18 @@ def test_vdot_where_and_bytes():
     other = tree_map(torch.zeros_like, TREE)
     assert torch.equal(tree_where(torch.tensor(False), TREE, other)["a"], torch.zeros(2, 3))
     assert tree_bytes(TREE) == (6 + 4 + 1) * 4
+
+
+def test_finiteness_checks_see_nan_inf_and_survive_overflowing_sums():
+    big = torch.full((2, 4), 3e38)  # every value finite, every row sum overflows
+    assert tree_allfinite({"a": big})
+    assert finite_rows({"a": big}, 2).tolist() == [True, True]
+    bad = big.clone()
+    bad[1, 2] = float("nan")
+    assert not tree_allfinite({"a": {"b": bad}})
+    assert finite_rows({"a": bad, "n": torch.zeros(2, dtype=torch.int64)}, 2).tolist() == [
+        True,
+        False,
+    ]
+    inf_minus_inf = torch.tensor([[float("inf"), -float("inf")], [1.0, 2.0]])
+    assert finite_rows({"a": inf_minus_inf}, 2).tolist() == [False, True]

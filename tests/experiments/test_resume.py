@@ -15,6 +15,8 @@ import torch
 from fedretain.algorithms import ALGORITHMS, build_algorithm
 from fedretain.data.base import Dataset
 from fedretain.engines.base import DivergenceError
+from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.vmap import VmapEngine
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedretain.experiments.config import make_config
@@ -148,12 +150,16 @@ def test_divergence_stops_and_keeps_results(tmp_path):
     assert (tmp_path / "config.toml").exists()
 
 
-def test_divergence_skip_drops_only_the_bad_client():
-    engine = tiny_engine(build_algorithm("fedavg"))
-    ds = engine.dataset
+@pytest.mark.parametrize("vectorised", [False, True])
+def test_divergence_skip_drops_only_the_bad_client(vectorised):
+    seq = tiny_engine(build_algorithm("fedavg"))
+    ds = seq.dataset
     x = ds.x_train.clone()
     x[1:] = float("inf")  # client 1's data makes its update NaN
-    engine.dataset = Dataset("tiny", x, ds.y_train, x, ds.y_train, num_classes=1)
+    data = Dataset("tiny", x, ds.y_train, x, ds.y_train, num_classes=1)
+    engine = (VmapEngine if vectorised else SequentialEngine)(
+        seq.algorithm, seq.task, data, TINY_PARTS, seq.local, seed=0
+    )
     with pytest.raises(DivergenceError, match="client 1"):
         run_rounds(engine, 1)
     engine.on_divergence = "skip"

@@ -3,7 +3,9 @@
 Parameters and buffers live in trees outside the module and are passed in with
 ``torch.func.functional_call``; the module itself is only the program. A batch is a dict
 with ``x`` (float inputs), ``y`` (labels), ``w`` (per-example weights: 1 for real examples,
-0 for padding) and ``label_mask`` (the client's local label set, a boolean vector over classes).
+0 for padding), ``label_mask`` (the client's local label set, a boolean vector over classes)
+and, in local training, ``idx`` (the rows of the client's ``ctx.data`` the batch was taken
+from, so that algorithms can look up data they prepared once per round, as FedReg does).
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ class EngineBase:
         self.store = store if store is not None else MemoryStore()
         self.store.device = self.device
         self.ledger = Ledger()
+        # diagnostics: the round's locally trained models (params, buffers) by client
+        self.keep_local_models = False
+        self.local_models: dict[int, tuple[Tree, Tree]] = {}
 
     @property
     def num_clients(self) -> int:
@@ -112,6 +115,17 @@ class EngineBase:
         if state:
             self.store.put(cid, state)
 
+    def remember_local_model(self, cid: int, state: Tree) -> None:
+        """Keep the client's trained model of this round (only when diagnostics ask for it)."""
+        if not self.keep_local_models:
+            return
+        if "params" not in state:
+            raise FedRetainError(
+                f"{self.algorithm.name} keeps no 'params' in its local state, which forgetting "
+                "diagnostics read; run it without diagnostics"
+            )
+        self.local_models[cid] = (state["params"], state.get("buffers", {}))
+
     def check_payload(self, payload: Tree, declared: tuple[str, ...], what: str) -> None:
         if tuple(payload) != declared:
             raise RuntimeError(
@@ -122,6 +136,7 @@ class EngineBase:
         self, rnd: int, lr: float, per_round: int, clients: np.ndarray | None
     ) -> RoundInfo | None:
         """The round's info (``clients`` default: ``per_round`` drawn uniformly); None if empty."""
+        self.local_models = {}
         if clients is None:
             clients = sample_clients(self.num_clients, per_round, self.seed, rnd)
         if len(clients) == 0:

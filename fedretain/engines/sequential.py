@@ -27,7 +27,7 @@ class SequentialEngine(EngineBase):
         losses = []
         for idx in self.plan(cid, info):
             i = torch.from_numpy(idx).to(self.device)
-            batch = {"x": data["x"][i], "y": data["y"][i], "w": data["w"][i]}
+            batch = {"x": data["x"][i], "y": data["y"][i], "w": data["w"][i], "idx": i}
             batch["label_mask"] = data["label_mask"]
             state, metrics = algo.local_step(state, batch, ctx)
             losses.append(metrics["loss"])
@@ -36,6 +36,7 @@ class SequentialEngine(EngineBase):
         loss = torch.stack(losses).mean()
         self.check_finite({"loss": loss, **uplink}, info.round, f"the update of client {cid}")
         self.keep_client_state(cid, new_client_state)
+        self.remember_local_model(cid, state)
         return uplink, float(loss)
 
     def run_round(

@@ -108,8 +108,9 @@ class VmapEngine(SequentialEngine):
 
     def train_chunk(
         self, cids: list[int], downlink: Tree, info: RoundInfo
-    ) -> tuple[Tree, Tensor, Tree]:
-        """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states."""
+    ) -> tuple[Tree, Tensor, Tree, Tree]:
+        """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states
+        and the stacked final step states."""
         algo, task = self.algorithm, self.vtask
         data = self._data(cids)
         idx, wts, live, all_live = self._plans(cids, info)
@@ -123,7 +124,13 @@ class VmapEngine(SequentialEngine):
             return algo.local_init(downlink, cs, ctx_of(num, d))
 
         def step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor):
-            batch = {"x": d["x"][i], "y": d["y"][i], "w": w, "label_mask": d["label_mask"]}
+            batch = {
+                "x": d["x"][i],
+                "y": d["y"][i],
+                "w": w,
+                "label_mask": d["label_mask"],
+                "idx": i,
+            }
             new, metrics = algo.local_step(state, batch, ctx_of(num, d))
             return new, metrics["loss"]
 
@@ -145,7 +152,7 @@ class VmapEngine(SequentialEngine):
                 state, loss = vmasked(state, sizes, data, idx[:, t], wts[:, t], live[:, t])
             loss_sum = loss_sum + loss
         uplinks, new_states = vmap(final, randomness="different")(state, client_states, sizes, data)
-        return uplinks, loss_sum / live.sum(dim=1), new_states
+        return uplinks, loss_sum / live.sum(dim=1), new_states, state
 
     def run_round(
         self,
@@ -167,7 +174,7 @@ class VmapEngine(SequentialEngine):
         parts, losses, kept = [], [], []
         for start in range(0, len(info.clients), size):
             cids = list(info.clients[start : start + size])
-            uplinks, loss, states = self.train_chunk(cids, downlink, info)
+            uplinks, loss, states, final = self.train_chunk(cids, downlink, info)
             self.check_payload(uplinks, algo.uplink_keys, "uplink")
             # one finiteness check and one host transfer per chunk, not per client
             finite = finite_rows({"loss": loss, **uplinks}, len(cids)).tolist()
@@ -181,6 +188,9 @@ class VmapEngine(SequentialEngine):
                     continue
                 self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], uplinks))
                 self.keep_client_state(cid, tree_map(lambda v, k=k: v[k], states))
+                if self.keep_local_models:
+                    model = {n: final[n] for n in ("params", "buffers") if n in final}
+                    self.remember_local_model(cid, tree_map(lambda v, k=k: v[k], model))
                 rows.append(k)
                 kept.append(cid)
                 losses.append(loss_values[k])

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from fedretain.errors import ConfigError, unknown_choice
 from fedretain.losses.ce import ce
+from fedretain.losses.tce import tce
 
 Loss = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 
@@ -27,6 +28,9 @@ class LossInfo:
 
 LOSSES: dict[str, LossInfo] = {
     "ce": LossInfo("ce", "cross-entropy over all classes (hard or soft labels)", ce),
+    "tce": LossInfo(
+        "tce", "truncated cross-entropy: softmax over the client's label set (Legate 2022)", tce
+    ),
 }
 
 

@@ -5,6 +5,8 @@ final linear layer ``head`` (parameters ``head.weight`` / ``head.bias``) with
 ``forward(x) == head(features(x))``; ResNets also expose their stages as ``blocks`` (stem first)
 and ``pool`` with ``features(x) == pool(blocks(x))``. All work under
 ``torch.func.functional_call``, ``grad`` and ``vmap`` (BatchNorm variants: not under ``vmap``).
+Every model also takes ``projection=P``: MOON's projection head between ``features`` and a new
+``head`` (then ``features(x)`` is the projection output; see ``ProjectedModel``).
 """
 
 from fedretain.models.registry import (

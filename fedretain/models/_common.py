@@ -30,6 +30,27 @@ class ZooModel(nn.Module):
         return self.head(self.features(x))
 
 
+class ProjectedModel(ZooModel):
+    """A zoo model with MOON's projection head between its representation and its classifier.
+
+    ``encoder`` (the zoo model with its head removed) -> ``projection`` =
+    Linear(d, d)-ReLU-Linear(d, dim) -> ``head`` = Linear(dim, num_classes); ``features(x)`` is
+    the projection output (MOON's ``z``). Li, He, Song, *Model-Contrastive Federated Learning*,
+    CVPR 2021, arXiv:2103.16257, §3.2 (the official code's ``ModelFedCon``).
+    """
+
+    def __init__(self, encoder: ZooModel, dim: int, num_classes: int) -> None:
+        super().__init__()
+        d = encoder.head.in_features
+        encoder.head = nn.Identity()  # type: ignore[assignment]  # encoder(x) == its features
+        self.encoder = encoder
+        self.projection = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, dim))
+        self.head = nn.Linear(dim, num_classes)
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.projection(self.encoder.features(x))
+
+
 # --------------------------------------------------------------------------- checks
 
 

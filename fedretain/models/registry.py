@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from fedretain.errors import ConfigError, unknown_choice
+from fedretain.models._common import ProjectedModel, check_int, check_num_classes
 from fedretain.models.fixup import resnet9
 from fedretain.models.resnet import resnet18, resnet20
 from fedretain.models.simple import cnn, cnn2, cnn_fedavg, lenet5, mlp
@@ -47,17 +48,27 @@ def _info(name: str) -> ModelInfo:
     return MODELS[name]
 
 
+# parameters every model takes, handled here rather than by the builders
+COMMON_PARAMS: dict[str, object] = {
+    # > 0: MOON's projection head of this output size between features and head (None: none)
+    "projection": None,
+}
+
+
 def model_params(name: str) -> dict[str, object]:
-    """The keyword parameters of model ``name``'s builder and their defaults."""
+    """The keyword parameters of model ``name`` and their defaults (builder's, then common)."""
     sig = inspect.signature(_info(name).build)
     params = list(sig.parameters.values())[2:]  # after input_shape, num_classes
-    return {p.name: p.default for p in params}
+    return {**{p.name: p.default for p in params}, **COMMON_PARAMS}
 
 
 def build_model(
     name: str, input_shape: tuple[int, ...], num_classes: int, **params: Any
 ) -> nn.Module:
     """Build model ``name`` for inputs of ``input_shape`` ((C, H, W) or (D,)) and ``num_classes``.
+
+    ``projection=P`` (any model) inserts MOON's projection head Linear(d, d)-ReLU-Linear(d, P)
+    between the representation and a new Linear(P, num_classes) head (:class:`ProjectedModel`).
 
     Raises ConfigError for an unknown model, an unknown parameter, a bad parameter value or an
     input too small for the model.
@@ -66,10 +77,13 @@ def build_model(
     valid = model_params(name)
     for key in params:
         if key not in valid:
-            if not valid:
-                raise ConfigError(f"model '{name}' takes no parameters, got '{key}'")
             raise ConfigError(f"model '{name}': " + unknown_choice("parameter", key, valid))
-    return info.build(input_shape, num_classes, **params)
+    projection = params.pop("projection", None)
+    model = info.build(input_shape, num_classes, **params)
+    if projection is None:
+        return model
+    dim = check_int(name, "projection", projection)
+    return ProjectedModel(model, dim, check_num_classes(name, num_classes))
 
 
 class _MethodCall(nn.Module):

@@ -93,13 +93,35 @@ def test_registry_names_and_infos():
 
 
 def test_model_params():
-    assert model_params("mlp") == {"hidden": (200, 200, 200)}
+    common = {"projection": None}  # every model: MOON's projection head (None: none)
+    assert model_params("mlp") == {"hidden": (200, 200, 200), **common}
     for name in ("cnn", "cnn2", "cnn-fedavg", "lenet5"):
-        assert model_params(name) == {}
+        assert model_params(name) == common
     for name in ("vgg11", "resnet18"):
-        assert model_params(name) == {"norm": "group", "groups": 2}
-    assert model_params("resnet9") == {"norm": "none", "groups": 2}
-    assert model_params("resnet20") == {"norm": "group", "groups": 2, "shortcut": "a"}
+        assert model_params(name) == {"norm": "group", "groups": 2, **common}
+    assert model_params("resnet9") == {"norm": "none", "groups": 2, **common}
+    assert model_params("resnet20") == {"norm": "group", "groups": 2, "shortcut": "a", **common}
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_projection_head_sits_between_features_and_head(case):
+    name, shape, params = case
+    plain = _build(name, shape, params)
+    model = _build(name, shape, {**params, "projection": 16}).eval()
+    x, _ = _data(shape)
+    d = plain.head.in_features
+    assert [(m.in_features, m.out_features) for m in model.projection if hasattr(m, "weight")] == [
+        (d, d),
+        (d, 16),
+    ]
+    assert model.head.in_features == 16 and model.head.out_features == NUM_CLASSES
+    feats = model.features(x)
+    assert feats.shape == (BATCH, 16)
+    torch.testing.assert_close(model(x), model.head(feats), rtol=0, atol=0)
+    assert [n for n, _ in model.named_parameters()][-2:] == ["head.weight", "head.bias"]
+    assert _count(model) == _count(plain) - _count(plain.head) + (d * d + d) + (d * 16 + 16) + (
+        16 * NUM_CLASSES + NUM_CLASSES
+    )
 
 
 # --------------------------------------------------------------------------- forward / features
@@ -435,8 +457,10 @@ def test_unknown_param():
         build_model("resnet18", CIFAR, 10, nrom="group")
     with pytest.raises(ConfigError, match=r"'mlp'.*'hiden'.*hidden"):
         build_model("mlp", MNIST, 10, hiden=(10,))
-    with pytest.raises(ConfigError, match="'cnn' takes no parameters, got 'norm'"):
+    with pytest.raises(ConfigError, match=r"'cnn'.*unknown parameter 'norm'.*projection"):
         build_model("cnn", MNIST, 10, norm="group")
+    with pytest.raises(ConfigError, match="projection must be an integer >= 1, got 0"):
+        build_model("cnn", MNIST, 10, projection=0)
 
 
 @pytest.mark.parametrize("name", BATCHNORM)

@@ -1,0 +1,216 @@
+"""FedCurv: EWC's diagonal-Fisher penalty, pulling each client towards the other clients' models.
+
+Shoham, Avidor, Keren, Israel, Benditkis, Mor-Yosef, Zeitak, "Overcoming Forgetting in
+Federated Learning on Non-IID Data", NeurIPS 2019 Workshop on Federated Learning for Data
+Privacy and Confidentiality, arXiv:1910.07796 (§3, §3.1).
+
+Client ``s`` minimises ``L_s(θ) + λ Σ_{j≠s} (θ − θ̂_j)ᵀ diag(F_j) (θ − θ̂_j)``, with ``θ̂_j``
+client ``j``'s trained local model and ``F_j`` its diagonal empirical Fisher there. Dropping
+constants (§3.1), with ``u_j = F_j`` and ``v_j = F_j ⊙ θ̂_j`` and the server's sums
+``U = Σ_j u_j``, ``V = Σ_j v_j``, the penalty is
+
+    λ Σ_p [θ_p² (U − u_s)_p − 2 θ_p (V − v_s)_p]
+
+where ``u_s, v_s`` are the client's own last contribution, which it keeps (client state) and
+subtracts, so that the server only ever sends sums.
+
+- **Fisher** (in ``local_final``, over the client's whole training data ``ctx.data``): the
+  weighted mean over samples of the squared per-sample gradients of the task loss at the trained
+  local model, in eval mode (dropout off; FedReg's code does the same). With ``loss=ce`` the
+  per-sample loss is the negative log-likelihood of the true label, the paper's empirical
+  Fisher; with ``loss=tce`` it is the truncated likelihood the client trains on. Per-sample
+  gradients come from ``torch.func.vmap`` over ``grad``, in chunks of ``fisher_chunk`` samples
+  (``0``: as many as fit in about 256 MiB of per-sample gradients, for all the clients a
+  vectorised engine trains together).
+- **Server sums** (``memory = True``, the default): ``U, V`` hold the latest ``u_j, v_j`` of
+  every client that has taken part; a client that has not yet sent anything contributes zero,
+  so the first round is FedAvg. The client uploads the change of its contribution,
+  ``du = u_s⁺ − u_s`` and ``dv = v_s⁺ − v_s`` (its first contribution in full), the server adds
+  ``Σ du``, ``Σ dv``, and ``U − u_s`` is then exactly the other clients' sum. With full
+  participation this is the paper's algorithm. ``memory = False`` is FedReg's code
+  (``Zoesgithub/FedReg FedUtils/fed/fedcurv.py``): ``U, V`` are the sums over the previous
+  round's clients only, the client uploads ``u, v`` and keeps nothing (so it does not subtract
+  its own term in the rare case it took part in the previous round too).
+- **Server model**: ``x`` is FedAvg's mean of the trained local models (sample-weighted;
+  ``weighted = False``: unweighted, as FedReg's code).
+
+Payloads: downlink ``x``, ``U``, ``V``, ``buffers`` (3× FedAvg); uplink ``y`` (the trained local
+parameters), ``du``, ``dv`` (``u``, ``v`` with ``memory = False``), ``buffers`` (3× FedAvg).
+Client state (``memory = True``): ``u``, ``v``, twice the parameters per client.
+λ: 1e-4 by default (FedReg's MNIST/EMNIST baselines; 1e-5 CIFAR-10, 1e-3 CIFAR-100);
+``algo.lambda`` on the command line (the factory's keyword is ``lambda_``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+from torch.func import grad, vmap
+
+from fedretain.algorithms.fedavg import fedavg, mean_weights
+from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.local import Penalty, make_local_init
+from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.task import Batch, Task
+from fedretain.core.tree import (
+    Tree,
+    leaves,
+    tree_map,
+    tree_numel,
+    tree_weighted_mean,
+    tree_zeros_like,
+)
+
+FISHER_BYTES = 256 << 20  # per-sample gradients held at once when fisher_chunk = 0
+
+
+def _vmap_width(t: Tensor) -> int:
+    """How many copies of ``t`` a surrounding ``vmap`` computes at once (1 outside ``vmap``)."""
+    functorch = torch._C._functorch
+    width = 1
+    while functorch.is_batchedtensor(t):
+        bdim = functorch.maybe_get_bdim(t)
+        t = functorch.get_unwrapped(t)
+        width *= t.shape[bdim]
+    return width
+
+
+def fisher_diag(task: Task, params: Tree, buffers: Tree, data: Batch, chunk: int = 0) -> Tree:
+    """Diagonal empirical Fisher: ``Σ_i w_i (∇_θ ℓ_i)² / Σ_i w_i`` over the samples of ``data``.
+
+    ``ℓ_i`` is the task loss of sample ``i`` alone (eval mode, the client's ``label_mask``);
+    ``w`` weighs samples (padding has 0). Per-sample gradients are ``vmap(grad(ℓ))``, ``chunk``
+    samples at a time (``0``: about 256 MiB of gradients, shared by the clients of a surrounding
+    ``vmap``), so no Python loop runs over samples.
+    """
+    x, y, w = data["x"], data["y"], data["w"]
+    mask = data.get("label_mask")
+    n = x.shape[0]
+    if chunk <= 0:  # the budget is shared by the clients a vectorised engine runs together
+        width = _vmap_width(leaves(params)[0]) if params else 1
+        chunk = max(1, FISHER_BYTES // (4 * max(tree_numel(params), 1) * width))
+
+    def sample_loss(p: Tree, xi: Tensor, yi: Tensor) -> Tensor:
+        logits, _ = task.forward(p, buffers, xi.unsqueeze(0), train=False)
+        return task.loss(logits, yi.unsqueeze(0), mask).sum()
+
+    per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))
+    total = tree_zeros_like(params)
+    for start in range(0, n, chunk):
+        g = per_sample(params, x[start : start + chunk], y[start : start + chunk])
+        wc = w[start : start + chunk]
+        total = tree_map(
+            lambda t, g, wc=wc: t + torch.tensordot(wc.to(g.dtype), g * g, dims=1), total, g
+        )
+    count = w.sum().clamp_min(1.0)
+    return tree_map(lambda t: t / count.to(t.dtype), total)
+
+
+def curvature_penalty(lambda_: float) -> Penalty:
+    """``λ Σ_p [θ_p² A_p − 2 θ_p B_p]``, ``A = U − u_s`` and ``B = V − v_s`` in the step state."""
+
+    def penalty(params: Tree, state: Tree) -> Tensor:
+        terms = [
+            torch.sum(p * p * a - 2.0 * p * b)
+            for p, a, b in zip(leaves(params), leaves(state["A"]), leaves(state["B"]), strict=True)
+        ]
+        return lambda_ * torch.stack(terms).sum()
+
+    return penalty
+
+
+def fedcurv(
+    *,
+    lambda_: float = 1e-4,
+    memory: bool = True,
+    weighted: bool = True,
+    fisher_chunk: int = 0,
+    opt: Optimizer | None = None,
+) -> Algorithm:
+    """FedCurv with penalty strength ``lambda_`` (``algo.lambda``)."""
+    if not lambda_ >= 0:
+        raise ValueError(f"algo.lambda must be >= 0, got {lambda_}")
+    if fisher_chunk < 0:
+        raise ValueError(f"algo.fisher_chunk must be >= 0 (0: sized to memory), got {fisher_chunk}")
+    opt = opt or sgd()
+    base_init = make_local_init(opt)
+    base = fedavg(weighted=weighted, opt=opt, penalty=curvature_penalty(lambda_))
+    sent = ("du", "dv") if memory else ("u", "v")
+
+    def server_init(params: Tree, buffers: Tree) -> Tree:
+        zeros = tree_zeros_like(params)
+        return {"x": params, "buffers": buffers, "U": zeros, "V": zeros}
+
+    def client_init(params: Tree) -> Tree:
+        if not memory:
+            return {}
+        zeros = tree_zeros_like(params)
+        return {"u": zeros, "v": zeros}
+
+    def broadcast(server_state: Tree, info: RoundInfo) -> Tree:
+        return {k: server_state[k] for k in ("x", "U", "V", "buffers")}
+
+    def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
+        state = base_init(down, client_state, ctx)
+        if memory:  # the other clients' sums: subtract the client's own last contribution
+            a = tree_map(torch.sub, down["U"], client_state["u"])
+            b = tree_map(torch.sub, down["V"], client_state["v"])
+        else:
+            a, b = down["U"], down["V"]
+        return {**state, "A": a, "B": b}
+
+    def local_final(state: Tree, client_state: Tree, ctx: ClientContext) -> tuple[Tree, Tree]:
+        theta = state["params"]
+        u = fisher_diag(ctx.task, theta, state["buffers"], ctx.data, fisher_chunk)
+        v = tree_map(torch.mul, u, theta)
+        if not memory:
+            return {"y": theta, "u": u, "v": v, "buffers": state["buffers"]}, client_state
+        uplink = {
+            "y": theta,
+            "du": tree_map(torch.sub, u, client_state["u"]),
+            "dv": tree_map(torch.sub, v, client_state["v"]),
+            "buffers": state["buffers"],
+        }
+        return uplink, {"u": u, "v": v}
+
+    def aggregate(
+        server_state: Tree, uplinks: Tree, weights: Tensor, info: RoundInfo
+    ) -> tuple[Tree, dict]:
+        w = mean_weights(weights, weighted)
+        su = tree_map(lambda d: d.sum(dim=0), uplinks[sent[0]])
+        sv = tree_map(lambda d: d.sum(dim=0), uplinks[sent[1]])
+        if memory:
+            su = tree_map(torch.add, server_state["U"], su)
+            sv = tree_map(torch.add, server_state["V"], sv)
+        new = {
+            **server_state,
+            "x": tree_weighted_mean(uplinks["y"], w),
+            "U": su,
+            "V": sv,
+            "buffers": tree_weighted_mean(uplinks["buffers"], w),
+        }
+        return new, {}
+
+    return replace(
+        base,
+        name="fedcurv",
+        server_init=server_init,
+        client_init=client_init,
+        broadcast=broadcast,
+        local_init=local_init,
+        local_final=local_final,
+        aggregate=aggregate,
+        downlink_keys=("x", "U", "V", "buffers"),
+        uplink_keys=("y", *sent, "buffers"),
+        hparams={
+            "lambda": lambda_,
+            "memory": memory,
+            "weighted": weighted,
+            "fisher_chunk": fisher_chunk,
+        },
+    )
+
+
+__all__ = ["curvature_penalty", "fedcurv", "fisher_diag"]

@@ -88,9 +88,7 @@ def run(
         for cid in engine.store:
             for k, v in engine.store[cid]["c_i"].items():
                 total[k] += v.double()
-        err = max(
-            float((total[k] / clients - state["c"][k].double()).abs().max()) for k in total
-        )
+        err = max(float((total[k] / clients - state["c"][k].double()).abs().max()) for k in total)
         scale = max(float(v.abs().max()) for v in state["c"].values())
         return {
             "clients": clients,

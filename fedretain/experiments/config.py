@@ -20,9 +20,10 @@ from typing import Any
 
 from fedretain.errors import ConfigError, unknown_choice
 
-ENGINES = ("sequential", "vmap")
+ENGINES = ("sequential", "vmap", "flower")
 ON_DIVERGENCE = ("stop", "skip")
 CLIENT_STORES = ("memory", "disk")
+DIAGNOSTICS = ("forgetting",)
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -54,14 +55,18 @@ class Config:
     eval_every: int = 1
     eval_batch_size: int = 1000
     targets: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9])
-    engine: str = "sequential"  # or "vmap": the round's clients trained together
+    engine: str = "sequential"  # "vmap": clients trained together; "flower": Flower clients
     vmap_chunk: int = 0  # engine=vmap: clients per vectorised call (0: sized to memory)
+    flower_client_cpus: float = 1.0  # engine=flower: Ray CPUs per simulated client
+    flower_reply_timeout: float = 300.0  # engine=flower: seconds a round waits for replies
     device: str = "cpu"
     threads: int = 0  # torch CPU threads; 0 keeps torch's default
     checkpoint_every: int = 10  # rounds between checkpoints (0: none); `run --resume` continues
     on_divergence: str = "stop"  # NaN/Inf in a client's update: "stop" the run or "skip" it
     client_store: str = "memory"  # per-client state in RAM, or "disk": DIR/client_state/
     client_store_dtype: str = "float32"  # or float16 / bfloat16: half the bytes per client
+    diagnostics: list[str] = field(default_factory=list)  # ["forgetting"]: DIR/forgetting.jsonl
+    diagnostics_rounds: list[int] = field(default_factory=list)  # F_ki heat maps (default: last)
     dataset_params: dict[str, Any] = field(default_factory=dict)
     partition_params: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
@@ -143,6 +148,10 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     elif isinstance(default, list | tuple):
         if isinstance(value, list | tuple):
             return list(value)
+        if isinstance(value, str):  # diagnostics=forgetting or a,b: one item per comma
+            return [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return [value]
         expected = "a list, e.g. [1, 2]"
     else:
         return value
@@ -270,6 +279,12 @@ def validate(cfg: Config) -> None:
         raise ConfigError(unknown_choice("engine", cfg.engine, ENGINES))
     if cfg.on_divergence not in ON_DIVERGENCE:
         raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
+    for d in cfg.diagnostics:
+        if d not in DIAGNOSTICS:
+            raise ConfigError(unknown_choice("diagnostics", d, DIAGNOSTICS))
+    for r in cfg.diagnostics_rounds:
+        if not isinstance(r, int) or not 1 <= r <= cfg.rounds:
+            raise ConfigError(f"diagnostics_rounds must be rounds in 1..{cfg.rounds}, got {r!r}")
     if cfg.client_store not in CLIENT_STORES:
         raise ConfigError(unknown_choice("client_store", cfg.client_store, CLIENT_STORES))
     if cfg.client_store_dtype not in STORE_DTYPES:

@@ -47,3 +47,38 @@ def plot_partition(counts: np.ndarray, path: str | Path, max_clients: int = 100)
     fig.colorbar(im, ax=ax, label="samples")
     save_figure(fig, path)
     plt.close(fig)
+
+
+def plot_loss_increase(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> None:
+    """FedReg's Figure 1: loss on the previous round's clients' data under the global model
+    (``loss(t-1)``) and averaged over this round's local models (``loss(t)``)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    rounds = [r["round"] for r in rows]
+    ax.plot(rounds, [r["loss_prev_mean"] for r in rows], label="loss(t-1)", linewidth=1.6)
+    ax.plot(rounds, [r["loss_now_mean"] for r in rows], label="loss(t)", linewidth=1.6)
+    ax.set_xlabel("round t")
+    ax.set_ylabel("loss on the clients of round t-1")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def plot_forgetting_heatmap(record: dict[str, Any], path: str | Path, title: str = "") -> None:
+    """TCE's forgetting matrix: ``F_ki`` (rows k: evaluated client, columns i: local model)."""
+    f = np.asarray(record["F"])
+    clients = record["clients"]
+    fig, ax = plt.subplots(figsize=(1.5 + 0.45 * len(clients), 1.2 + 0.45 * len(clients)))
+    lim = max(float(np.abs(f).max()), 1e-6)
+    im = ax.imshow(f, cmap="RdBu", vmin=-lim, vmax=lim, interpolation="nearest")
+    ax.set_xticks(range(len(clients)), [str(c) for c in clients], rotation=90, fontsize=7)
+    ax.set_yticks(range(len(clients)), [str(c) for c in clients], fontsize=7)
+    ax.set_xlabel("local model of client i")
+    ax.set_ylabel(f"accuracy on client k ({record.get('F_on', 'validation')} data)")
+    fig.colorbar(im, ax=ax, label="F_ki = Acc_k(local i) - Acc_k(global)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    save_figure(fig, path)
+    plt.close(fig)

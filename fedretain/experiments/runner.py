@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedretain.algorithms import build_algorithm
+from fedretain.algorithms import algorithm_params, build_algorithm
 from fedretain.core.optim import OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
@@ -40,13 +40,14 @@ from fedretain.engines.vmap import VmapEngine
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedretain.experiments.config import Config, resolved
-from fedretain.experiments.plots import plot_curves
-from fedretain.experiments.results import write_json, write_jsonl, write_toml
+from fedretain.experiments.results import read_jsonl, write_json, write_jsonl, write_toml
+from fedretain.flower import flower_engine
 from fedretain.losses import get_loss
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
+from fedretain.metrics.forgetting import Forgetting
 from fedretain.models import build_model
 
-ENGINES = {"sequential": SequentialEngine, "vmap": VmapEngine}
+ENGINES = {"sequential": SequentialEngine, "vmap": VmapEngine, "flower": flower_engine}
 
 
 def build_optimizer(cfg: Config) -> Optimizer:
@@ -140,7 +141,7 @@ def prepare(cfg: Config, out: Path | None = None) -> dict[str, Any]:
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
     algorithm = build_algorithm(cfg.algorithm, opt=build_optimizer(cfg), **cfg.algo)
-    extra = {"chunk": cfg.vmap_chunk} if cfg.engine == "vmap" else {}
+    extra = {"vmap": {"chunk": cfg.vmap_chunk}, "flower": {"config": cfg}}.get(cfg.engine, {})
     engine = ENGINES[cfg.engine](
         algorithm,
         task,
@@ -182,6 +183,8 @@ RESUMABLE = (
     "device",
     "engine",
     "vmap_chunk",
+    "diagnostics",
+    "diagnostics_rounds",
 )
 
 
@@ -226,6 +229,15 @@ def _summary(
     }
 
 
+def _pseudo_settings(cfg: Config) -> dict[str, float] | None:
+    """FedReg's pseudo-data settings of this run, for the Fisher diagnostic (None: defaults)."""
+    if cfg.algorithm != "fedreg":
+        return None
+    algo = {**algorithm_params("fedreg"), **cfg.algo}
+    eta_p = algo["eta_p"] if algo.get("eta_p") is not None else 0.01 * algo["eta_s"]
+    return {"eta_s": algo["eta_s"], "eta_p": eta_p, "steps": algo["steps"]}
+
+
 def run_experiment(
     cfg: Config, out: str | Path, progress: bool | None = None, resume: bool = False
 ) -> dict[str, Any]:
@@ -234,22 +246,39 @@ def run_experiment(
     With ``resume``, continue from the checkpoint in ``out``: the metrics come out identical
     to those of an uninterrupted run (apart from ``seconds``).
     """
+    from fedretain.experiments.plots import plot_curves  # matplotlib: only where a run ends
+
     out = Path(out)
     built = prepare(cfg, out)
     dataset, task, algorithm, engine = (
         built[k] for k in ("dataset", "task", "algorithm", "engine")
     )
     x_test, y_test = dataset.x_test, dataset.y_test
+    forgetting = None
+    if "forgetting" in cfg.diagnostics:
+        engine.keep_local_models = True
+        forgetting = Forgetting(
+            task,
+            dataset,
+            built["parts"],
+            built["val_parts"],
+            cfg.diagnostics_rounds or [cfg.rounds],
+            cfg.eval_batch_size,
+            pseudo=_pseudo_settings(cfg),
+            seed=cfg.seed,
+        )
     records: list[dict[str, Any]] = []
     skipped = 0.0
     fingerprint = _fingerprint(cfg)
 
     if resume:
         ckpt = load_checkpoint(out, engine.device)
+        # a key newer than the checkpoint counts as its default there
+        defaults = resolved(Config())
         changed = [
             k
             for k in set(ckpt.fingerprint) | set(fingerprint)
-            if ckpt.fingerprint.get(k) != fingerprint.get(k)
+            if ckpt.fingerprint.get(k, defaults.get(k)) != fingerprint.get(k)
         ]
         if changed:
             raise ConfigError(
@@ -261,6 +290,11 @@ def run_experiment(
         engine.ledger.load_state(ckpt.ledger)
         records = ckpt.records
         first_round, elapsed0 = ckpt.round, ckpt.elapsed
+        if forgetting is not None and (out / "forgetting.jsonl").exists():
+            kept = [r for r in read_jsonl(out / "forgetting.jsonl") if r["round"] <= first_round]
+            forgetting.records = kept
+            forgetting.prev_clients = kept[-1]["clients"] if kept else []
+            write_jsonl(out / "forgetting.jsonl", kept)
         torch.set_rng_state(ckpt.torch_rng)
         if ckpt.cuda_rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt.cuda_rng)
@@ -316,10 +350,14 @@ def run_experiment(
         with bar:
             for rnd in range(first_round, cfg.rounds):
                 clients = built["participation"].clients(rnd)
+                start_model = algorithm.global_model(server_state)
                 server_state, m = engine.run_round(
                     server_state, rnd, cfg.lr_at(rnd), clients=clients
                 )
                 done = rnd + 1
+                if forgetting is not None:
+                    forgetting.round(rnd, start_model, engine.local_models)
+                    write_jsonl(out / "forgetting.jsonl", forgetting.records)
                 skipped += m.get("skipped_clients", 0.0)
                 acc = None
                 if done % cfg.eval_every == 0 or done == cfg.rounds:
@@ -340,6 +378,13 @@ def run_experiment(
         raise
 
     summary = _summary(cfg, records, built, cfg.rounds, server_state)
+    if forgetting is not None:
+        forgetting.plots(out, cfg.label)
+        increases = [r["loss_increase_mean"] for r in forgetting.records if "loss_prev_mean" in r]
+        summary["forgetting"] = {
+            "loss_increase_mean": float(np.mean(increases)) if increases else None,
+            "F_k_mean": float(np.nanmean([v for r in forgetting.records for v in r["F_k"]])),
+        }
     write_json(out / "summary.json", summary)
     plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} on {cfg.dataset}")
     return summary

@@ -1,0 +1,285 @@
+"""One FL round on every engine, beside a plain PyTorch loop and the machine's matmul peak.
+
+Workload (the engine benchmark of fedretain): 100 clients x 60 samples (random 1x28x28,
+10 classes), 5 local epochs of plain SGD, batch 10 (30 steps per client), lr 0.05, FedAvg
+weighted by samples. Models: ``cnn-fedavg`` (McMahan et al.'s CNN, 582k parameters, ~740
+GFLOP per round) and ``mlp`` 784-200-200-200-10 (~43 GFLOP). Each variant runs in its own
+process; its peak RSS is summed over the process and all its descendants (Flower's Ray
+workers included), sampled every 0.2 s from /proc.
+
+    .venv/bin/python benchmarks/engine_speed.py                      # default table
+    .venv/bin/python benchmarks/engine_speed.py --model mlp --variants loop,vmap-10,vmap-50,loop
+    .venv/bin/python benchmarks/engine_speed.py --model mlp --variant vmap-10 --rounds 3  # one
+
+Variants: ``loop`` (one nn.Module + torch.optim.SGD over the same mini-batch orders: the plain
+reference), ``sequential`` (fedretain's reference engine; ``engine`` is an alias), ``vmap-<K>``
+(the vectorised engine, K clients per vmapped call; ``vmap-0`` sizes chunks to memory) and
+``flower`` (Flower's simulation engine, 2 workers x 1 CPU). Columns: median seconds of the
+timed rounds (after one warm-up round), GFLOP/s (3 x analytic forward FLOPs / s), percent of
+the fp32 matmul peak measured at the start of the same invocation, speed-up over the first
+``loop`` row, start-up seconds (set-up plus the warm-up round minus a median round: data,
+model, engine or Flower/Ray start, first-call compilation) and peak RSS. Machines drift
+between runs (up to 2.7x): compare rows within one invocation only. Results: RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+CLIENTS, SAMPLES, EPOCHS, BATCH, LR = 100, 60, 5, 10, 0.05
+MODELS = {"cnn-fedavg": {}, "mlp": {"hidden": [200, 200, 200]}}
+DEFAULT_VARIANTS = "loop,sequential,vmap-10,vmap-50,flower"
+
+
+def flops_per_round(model: str) -> float:
+    """Analytic: 3 x forward FLOPs (conv/linear MACs x 2) x samples x epochs x clients."""
+    if model == "cnn-fedavg":
+        macs = 24 * 24 * 32 * 25 + 8 * 8 * 64 * 32 * 25 + 1024 * 512 + 512 * 10
+    else:
+        macs = 784 * 200 + 200 * 200 + 200 * 200 + 200 * 10
+    return 3.0 * 2 * macs * CLIENTS * SAMPLES * EPOCHS
+
+
+def make_data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(CLIENTS * SAMPLES, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (CLIENTS * SAMPLES,), generator=g)
+    return x, y
+
+
+class TreeRss:
+    """Peak RSS (MB) of this process plus all its descendants, sampled from /proc."""
+
+    def __init__(self, period: float = 0.2) -> None:
+        self.period, self.peak = period, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _sample() -> float:
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        s = f.read()
+                    children.setdefault(int(s[s.rfind(")") + 2 :].split()[1]), []).append(int(d))
+                except (OSError, ValueError, IndexError):
+                    pass
+        total, stack = 0, [os.getpid()]
+        while stack:
+            pid = stack.pop()
+            stack.extend(children.get(pid, []))
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    total += next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:"))
+            except (OSError, StopIteration):
+                pass
+        return total / 1024.0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> TreeRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
+
+
+def run_engine(model_name: str, rounds: int, vmap_chunk: int | None = None) -> list[float]:
+    """Times of the warm-up round (set-up included) and then ``rounds`` rounds."""
+    t_setup = time.perf_counter()
+    from fedretain.algorithms import build_algorithm
+    from fedretain.core.task import Task
+    from fedretain.data.base import Dataset
+    from fedretain.engines.base import LocalSpec
+    from fedretain.engines.sequential import SequentialEngine
+    from fedretain.engines.vmap import VmapEngine
+    from fedretain.losses import get_loss
+    from fedretain.models import build_model
+
+    x, y = make_data()
+    ds = Dataset("bench", x, y, x[:10], y[:10], num_classes=10)
+    parts = [np.arange(c * SAMPLES, (c + 1) * SAMPLES) for c in range(CLIENTS)]
+    torch.manual_seed(0)
+    model = build_model(model_name, (1, 28, 28), 10, **MODELS[model_name])
+    task = Task(model, get_loss("ce"), 10)
+    algo = build_algorithm("fedavg")
+    spec = LocalSpec(BATCH, EPOCHS)
+    if vmap_chunk is None:
+        engine = SequentialEngine(algo, task, ds, parts, spec, seed=0)
+    else:
+        engine = VmapEngine(algo, task, ds, parts, spec, seed=0, chunk=vmap_chunk)
+    state = algo.server_init(*task.init())
+    times = []
+    for r in range(rounds + 1):
+        t0 = t_setup if r == 0 else time.perf_counter()
+        state, _ = engine.run_round(state, r, LR, CLIENTS)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_loop(model_name: str, rounds: int) -> list[float]:
+    t_setup = time.perf_counter()
+    from fedretain.engines.schedule import batch_plan
+    from fedretain.models import build_model
+
+    x, y = make_data()
+    torch.manual_seed(0)
+    model = build_model(model_name, (1, 28, 28), 10, **MODELS[model_name])
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    params = list(model.parameters())
+    global_params = [p.detach().clone() for p in params]
+    times = []
+    for r in range(rounds + 1):
+        t0 = t_setup if r == 0 else time.perf_counter()
+        acc = [torch.zeros_like(p) for p in global_params]
+        for c in range(CLIENTS):
+            with torch.no_grad():
+                for p, g in zip(params, global_params, strict=True):
+                    p.copy_(g)
+            xc, yc = x[c * SAMPLES : (c + 1) * SAMPLES], y[c * SAMPLES : (c + 1) * SAMPLES]
+            for idx in batch_plan(SAMPLES, BATCH, 0, r, c, epochs=EPOCHS):
+                i = torch.from_numpy(idx)
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(model(xc[i]), yc[i]).backward()
+                opt.step()
+            with torch.no_grad():
+                for a, p in zip(acc, params, strict=True):
+                    a.add_(p, alpha=1.0 / CLIENTS)
+        global_params = acc
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_flower(model_name: str, rounds: int) -> tuple[list[float], float, float]:
+    """The same round shape on Flower's simulation engine (2 workers x 1 CPU): Fashion-MNIST,
+    100 clients of 60 samples (``partition=fixed``), every client in every round. Returns the
+    round times (warm-up first), Flower's start-up seconds and the process tree's peak RSS."""
+    from fedretain.experiments.config import make_config
+    from fedretain.flower import time_simulation
+
+    values = {
+        "dataset": "fashion-mnist",
+        "partition": "fixed",
+        "partition.per_client": SAMPLES,
+        "clients": CLIENTS,
+        "clients_per_round": CLIENTS,
+        "local_epochs": EPOCHS,
+        "batch_size": BATCH,
+        "lr": LR,
+        "model": model_name,
+        "threads": 1,
+        "flower_client_cpus": 1.0,
+        **{f"model.{k}": v for k, v in MODELS[model_name].items()},
+    }
+    res = time_simulation(make_config(values), rounds=rounds + 1)
+    return res["round_s"], res["startup_s"], res["peak_rss_mb"]
+
+
+def peak_matmul_gflops() -> float:
+    n = 4096
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.matmul(a, b)
+    ts = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.matmul(a, b)
+        ts.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(ts) / 1e9
+
+
+def one(model: str, variant: str, rounds: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
+    with TreeRss() as rss:
+        if variant == "loop":
+            times = run_loop(model, rounds)
+        elif variant in ("sequential", "engine"):
+            times = run_engine(model, rounds)
+        elif variant == "flower":
+            times, flower_startup, flower_rss = run_flower(model, rounds)
+        elif variant.startswith("vmap-"):
+            times = run_engine(model, rounds, vmap_chunk=int(variant.split("-")[1]))
+        else:
+            raise SystemExit(f"unknown variant {variant!r}: loop, sequential, vmap-<K>, flower")
+    med = statistics.median(times[1:])
+    startup = times[0] - med
+    if variant == "flower":  # Ray and the virtual nodes start before the first round
+        startup += flower_startup
+    return {
+        "model": model,
+        "variant": variant,
+        "threads": threads,
+        "round_s": times[1:],
+        "median_s": med,
+        "startup_s": startup,
+        "gflops": flops_per_round(model) / med / 1e9,
+        "peak_rss_mb": max(rss.peak, flower_rss) if variant == "flower" else rss.peak,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", choices=list(MODELS))
+    ap.add_argument("--variant", help="one variant, printed as JSON (used by the table)")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated, for the table")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    if args.model and args.variant:
+        print("RESULT " + json.dumps(one(args.model, args.variant, args.rounds, args.threads)))
+        return
+    torch.set_num_threads(args.threads)
+    peak = peak_matmul_gflops()
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch "
+        f"{torch.__version__}, {args.threads} threads, fp32 matmul peak {peak:.0f} GFLOP/s "
+        "(same run)"
+    )
+    print(
+        "| model | variant | s/round (median) | GFLOP/s | % of matmul peak | x loop "
+        "| start-up s | peak RSS MB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for model in [args.model] if args.model else list(MODELS):
+        loop_s = None
+        for variant in args.variants.split(","):
+            cmd = [sys.executable, __file__, "--model", model, "--variant", variant]
+            cmd += ["--rounds", str(args.rounds), "--threads", str(args.threads)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or "RESULT " not in proc.stdout:
+                why = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+                print(f"| {model} | {variant} | {why} | | | | | |", flush=True)
+                continue
+            res = json.loads(proc.stdout.split("RESULT ", 1)[1])
+            if variant == "loop" and loop_s is None:
+                loop_s = res["median_s"]
+            ratio = f"{loop_s / res['median_s']:.2f}" if loop_s else "-"
+            print(
+                f"| {model} | {variant} | {res['median_s']:.2f} | {res['gflops']:.1f} | "
+                f"{100 * res['gflops'] / peak:.0f}% | {ratio} | {res['startup_s']:.1f} | "
+                f"{res['peak_rss_mb']:.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Forgetting diagnostics (``diagnostics=forgetting``): how much local training overwrites.
+
+Two measurements per round ``t`` (1-based, as in the papers), from the global model the round
+started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the round's clients
+``C(t)``:
+
+- **loss increase** (FedReg, ICLR 2022, App. B.1): for every client ``i`` of the previous round
+  ``C(t−1)``, ``loss(t−1)(i)`` = mean loss on its training data under ``θ(t−1)``, and
+  ``loss(t)(i)`` = the same averaged over the round's local models ``θ(t,j)``, ``j ∈ C(t)``.
+  ``loss(t) > loss(t−1)`` means this round's local training forgot what client ``i`` taught.
+- **Fisher correlation** (FedReg, App. B.3): for every client ``i ∈ C(t)``, the Pearson
+  correlation between the diagonal empirical Fisher of its local model ``θ(t,i)`` on FedReg's
+  pseudo data (made from ``i``'s data with ``θ(t−1)``, soft labels) and on the training data
+  of the clients of the previous 10 rounds. High values mean the pseudo data stand in for the
+  data the model must not forget. Both sets are capped at ``fisher_samples`` samples, and the
+  trained local model is used (the paper takes it after one local step).
+- **F_ki** (TCE, section 2): for ``k, i ∈ C(t)``,
+  ``F_ki = Acc_k(θ(t,i)) − Acc_k(θ(t−1))`` on client ``k``'s validation data (training data
+  when the run has no validation split), and ``F_k = mean_{i≠k} F_ki``: negative values are
+  knowledge of client ``k`` destroyed by client ``i``'s local training.
+
+Losses and accuracies use the full softmax (cross-entropy), whatever the training loss. One
+line per round goes to ``DIR/forgetting.jsonl``; ``forgetting.png`` plots ``loss(t−1)`` and
+``loss(t)`` over the rounds (FedReg's Figure 1) and ``forgetting-<t>.png`` the ``F_ki`` heat
+map at the chosen rounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedretain.core.task import Task
+from fedretain.core.tree import Tree, ravel
+from fedretain.data.base import Dataset, as_float
+
+
+class Forgetting:
+    """Collects the measurements round by round; the engine supplies the local models."""
+
+    def __init__(
+        self,
+        task: Task,
+        dataset: Dataset,
+        parts: list[np.ndarray],
+        val_parts: list[np.ndarray] | None,
+        heatmap_rounds: list[int],
+        batch_size: int = 1000,
+        pseudo: dict[str, float] | None = None,
+        fisher_samples: int = 256,
+        seed: int = 0,
+    ) -> None:
+        self.task = task
+        self.dataset = dataset
+        self.parts = parts
+        self.val_parts = val_parts
+        self.heatmap_rounds = set(heatmap_rounds)
+        self.batch_size = batch_size
+        self.prev_clients: list[int] = []
+        self.records: list[dict[str, Any]] = []
+        # FedReg's pseudo-data settings (the run's own when it is FedReg)
+        self.pseudo = {"eta_s": 0.2, "eta_p": 0.002, "steps": 10, **(pseudo or {})}
+        self.fisher_samples = fisher_samples
+        self.rng = np.random.default_rng(seed)
+
+    def _batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
+        if len(idx) > self.fisher_samples:
+            idx = np.sort(self.rng.choice(idx, self.fisher_samples, replace=False))
+        i = torch.from_numpy(idx)
+        device = next(iter(self.task.model.parameters())).device
+        x = as_float(self.dataset.x_train[i]).to(device)
+        return {
+            "x": x,
+            "y": self.dataset.y_train[i].to(device),
+            "w": torch.ones(len(i), device=device),
+        }
+
+    def _fisher_corr(
+        self,
+        start_model: tuple[Tree, Tree],
+        local: tuple[Tree, Tree],
+        own: np.ndarray,
+        prev: np.ndarray,
+    ) -> float:
+        from fedretain.algorithms.fedcurv import fisher_diag
+        from fedretain.algorithms.fedreg import pseudo_and_perturbed
+
+        real = self._batch(own)
+        x_s, y_s, _ = pseudo_and_perturbed(
+            self.task,
+            start_model[0],
+            start_model[1],
+            real,
+            self.pseudo["eta_s"],
+            self.pseudo["eta_p"],
+            int(self.pseudo["steps"]),
+        )
+        on_pseudo = fisher_diag(self.task, local[0], local[1], {"x": x_s, "y": y_s, "w": real["w"]})
+        on_prev = fisher_diag(self.task, local[0], local[1], self._batch(prev))
+        a, b = ravel(on_pseudo).double(), ravel(on_prev).double()
+        a, b = a - a.mean(), b - b.mean()
+        return float((a @ b) / (a.norm() * b.norm()).clamp_min(1e-300))
+
+    def _eval(self, model: tuple[Tree, Tree], idx: np.ndarray) -> tuple[float, float]:
+        i = torch.from_numpy(idx)
+        x, y = self.dataset.x_train[i], self.dataset.y_train[i]
+        return self.task.evaluate(model[0], model[1], x, y, self.batch_size)
+
+    def round(
+        self,
+        rnd: int,
+        start_model: tuple[Tree, Tree],
+        local_models: dict[int, tuple[Tree, Tree]],
+    ) -> dict[str, Any]:
+        """Measure round ``rnd`` (0-based) from the global model it started from and the
+        clients' trained models; returns (and keeps) the round's record."""
+        clients = list(local_models)
+        record: dict[str, Any] = {"round": rnd + 1, "clients": clients}
+        if self.prev_clients and clients:
+            before, after = [], []
+            for i in self.prev_clients:
+                before.append(self._eval(start_model, self.parts[i])[1])
+                after.append(
+                    float(np.mean([self._eval(m, self.parts[i])[1] for m in local_models.values()]))
+                )
+            history = [c for r in self.records[-10:] for c in r["clients"]]
+            prev_data = np.concatenate([self.parts[c] for c in dict.fromkeys(history)])
+            corr = [
+                self._fisher_corr(start_model, local_models[j], self.parts[j], prev_data)
+                for j in clients
+            ]
+            record.update(
+                fisher_corr=corr,
+                fisher_corr_mean=float(np.mean(corr)),
+                prev_clients=list(self.prev_clients),
+                loss_prev=before,
+                loss_now=after,
+                loss_prev_mean=float(np.mean(before)),
+                loss_now_mean=float(np.mean(after)),
+                loss_increase_mean=float(np.mean(after) - np.mean(before)),
+            )
+        on = self.val_parts if self.val_parts is not None else self.parts
+        base = [self._eval(start_model, on[k])[0] for k in clients]
+        f = np.array(
+            [
+                [self._eval(local_models[i], on[k])[0] - base[a] for i in clients]
+                for a, k in enumerate(clients)
+            ]
+        )
+        n = len(clients)
+        f_k = [(f[a].sum() - f[a, a]) / (n - 1) if n > 1 else float("nan") for a in range(n)]
+        record.update(
+            F=f.tolist(),
+            F_k=[float(v) for v in f_k],
+            F_on="validation" if self.val_parts is not None else "train",
+        )
+        self.prev_clients = clients
+        self.records.append(record)
+        return record
+
+    def plots(self, out: Path, label: str) -> None:
+        from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
+
+        rows = [r for r in self.records if "loss_prev_mean" in r]
+        if rows:
+            plot_loss_increase(rows, out / "forgetting.png", title=f"{label}: forgetting")
+        for r in self.records:
+            if r["round"] in self.heatmap_rounds:
+                plot_forgetting_heatmap(
+                    r, out / f"forgetting-{r['round']}.png", title=f"{label}, round {r['round']}"
+                )

@@ -1,0 +1,58 @@
+"""The command lines: ``fedretain run engine=flower`` (its own simulation) and
+``python -m fedretain.flower app``."""
+
+import json
+import os
+import time
+import tomllib
+
+import pytest
+
+from fedretain.cli import main
+from fedretain.experiments.results import read_jsonl
+from fedretain.flower.__main__ import main as flower_main
+from fedretain.flower.processes import alive, descendants
+from tests.flower.helpers import BASE
+
+ARGS = [f"{k}={json.dumps(v) if isinstance(v, list) else v}" for k, v in BASE.items()]
+
+
+def test_run_engine_flower_starts_and_stops_its_own_simulation(tmp_path, capsys):
+    before = set(descendants(os.getpid()))
+    common = [*ARGS, "algorithm=scaffold", "rounds=2", "checkpoint_every=0"]
+    assert main(["run", *common, "engine=flower", "--out", str(tmp_path / "fl")]) == 0
+    spawned = set(descendants(os.getpid())) - before
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(alive(p) for p in spawned):
+        time.sleep(0.2)
+    assert not [p for p in spawned if alive(p)], "Ray processes left after the run"
+    assert main(["run", *common, "--out", str(tmp_path / "seq")]) == 0
+    fl, seq = (read_jsonl(tmp_path / d / "metrics.jsonl") for d in ("fl", "seq"))
+    for a, b in zip(seq, fl, strict=True):
+        assert a["test_accuracy"] == pytest.approx(b["test_accuracy"], abs=1e-6)
+        assert a["test_loss"] == pytest.approx(b["test_loss"], abs=1e-5)
+    summary = json.loads((tmp_path / "fl" / "summary.json").read_text())
+    assert summary["lost_replies"] == 0 and summary["rounds"] == 2
+    assert tomllib.loads((tmp_path / "fl" / "config.toml").read_text())["engine"] == "flower"
+
+
+def test_bad_flower_settings_are_one_line_errors(tmp_path, capsys):
+    out = str(tmp_path / "x")
+    assert main(["run", *ARGS, "engine=flower", "flower_client_cpus=0", "--out", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: flower_client_cpus must be > 0, got 0.0"
+    assert main(["run", *ARGS, "engine=flow", "--out", out]) == 2
+    assert "did you mean 'flower'" in capsys.readouterr().err
+
+
+def test_app_folder_is_a_valid_flower_app(tmp_path, capsys):
+    from flwr.cli.config_utils import load_and_validate
+
+    app, out = tmp_path / "app", tmp_path / "results"
+    assert flower_main(["app", str(app), "--out", str(out), *ARGS, "algorithm=mifa"]) == 0
+    assert "flwr run" in capsys.readouterr().out
+    config, _ = load_and_validate(app / "pyproject.toml")  # Flower's own check, modules included
+    run_config = config["tool"]["flwr"]["app"]["config"]
+    assert run_config["out"] == str(out)
+    settings = tomllib.loads(run_config["config"])
+    assert settings["engine"] == "flower" and settings["algorithm"] == "mifa"

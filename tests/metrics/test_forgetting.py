@@ -1,0 +1,129 @@
+"""Forgetting diagnostics: FedReg's loss(t-1)/loss(t) and TCE's F_ki, by hand and in a run."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedretain.core.task import Task
+from fedretain.data.base import Dataset
+from fedretain.experiments.config import make_config
+from fedretain.experiments.results import read_jsonl
+from fedretain.experiments.runner import run_experiment
+from fedretain.losses import get_loss
+from fedretain.metrics.forgetting import Forgetting
+
+# four 1-d points of two classes; client c holds point c
+X = torch.tensor([[1.0], [-1.0], [2.0], [-2.0]])
+Y = torch.tensor([1, 0, 1, 0])
+PARTS = [np.array([c]) for c in range(4)]
+
+
+def _model(w: float, b: float) -> tuple[dict, dict]:
+    # logits = [0, w x + b]: class 1 wins when w x + b > 0
+    return {"weight": torch.tensor([[0.0], [w]]), "bias": torch.tensor([0.0, b])}, {}
+
+
+def _loss_acc(model, c):
+    p = model[0]
+    logits = X[c : c + 1] @ p["weight"].T + p["bias"]
+    return float(F.cross_entropy(logits, Y[c : c + 1])), float(logits.argmax(1) == Y[c])
+
+
+def test_loss_increase_and_f_matrix_by_hand():
+    task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
+    ds = Dataset("pts", X, Y, X, Y, num_classes=2)
+    diag = Forgetting(task, ds, PARTS, None, heatmap_rounds=[])
+    g0 = _model(1.0, 0.0)  # classifies every point right
+    first = diag.round(0, g0, {0: _model(1.0, 0.0), 1: _model(1.0, 0.0)})
+    assert "loss_prev" not in first  # no previous round yet
+    g1 = _model(1.0, 0.0)
+    local = {2: _model(1.0, 5.0), 3: _model(1.0, -5.0)}  # each drifts to its own class
+    rec = diag.round(1, g1, local)
+    assert rec["prev_clients"] == [0, 1] and rec["clients"] == [2, 3]
+    for n, c in enumerate([0, 1]):
+        assert rec["loss_prev"][n] == pytest.approx(_loss_acc(g1, c)[0], rel=1e-6)
+        mean_now = np.mean([_loss_acc(m, c)[0] for m in local.values()])
+        assert rec["loss_now"][n] == pytest.approx(mean_now, rel=1e-6)
+    assert rec["loss_increase_mean"] > 0
+    # F_ki = Acc_k(local i) - Acc_k(global): client 2 (x=2, class 1) under local 3 (b=-5):
+    # 2 - 5 < 0 -> class 0, wrong; client 3 (x=-2, class 0) under local 2: -2 + 5 > 0, wrong
+    assert rec["F"] == [[0.0, -1.0], [-1.0, 0.0]]
+    assert rec["F_k"] == [-1.0, -1.0] and rec["F_on"] == "train"
+
+
+DIGITS = {
+    "dataset": "digits",
+    "model": "mlp",
+    "model.hidden": [32],
+    "clients": 20,
+    "clients_per_round": 5,
+    "batch_size": 10,
+    "local_epochs": 2,
+    "lr": 0.1,
+    "partition": "shards",
+    "partition.classes_per_client": 1,
+    "algorithm": "fedavg",
+    "rounds": 3,
+    "val_fraction": 0.2,
+    "diagnostics": "forgetting",
+}
+
+
+def test_forgetting_run_writes_records_and_plots(tmp_path):
+    summary = run_experiment(make_config(DIGITS), tmp_path / "seq", progress=False)
+    rows = read_jsonl(tmp_path / "seq" / "forgetting.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert all(r["F_on"] == "validation" and len(r["F"]) == 5 for r in rows)
+    # one-class clients: a round's local training raises the loss on the last round's clients
+    assert all(r["loss_now_mean"] > r["loss_prev_mean"] for r in rows[1:])
+    assert all(-1 <= c <= 1 for r in rows[1:] for c in r["fisher_corr"])
+    assert len(rows[1]["fisher_corr"]) == 5
+    assert (tmp_path / "seq" / "forgetting.png").exists()
+    assert (tmp_path / "seq" / "forgetting-3.png").exists()
+    assert summary["forgetting"]["loss_increase_mean"] > 0
+    # the vectorised engine sees the same local models
+    run_experiment(make_config({**DIGITS, "engine": "vmap"}), tmp_path / "vm", progress=False)
+    vm = read_jsonl(tmp_path / "vm" / "forgetting.jsonl")
+    for a, b in zip(rows[1:], vm[1:], strict=True):
+        assert a["clients"] == b["clients"]
+        assert np.allclose(a["loss_now"], b["loss_now"], rtol=1e-4)
+        assert np.allclose(a["F"], b["F"], atol=1e-6)
+
+
+def test_forgetting_survives_resume(tmp_path):
+    run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path, progress=False)
+    run_experiment(make_config(DIGITS), tmp_path, progress=False, resume=True)
+    rows = read_jsonl(tmp_path / "forgetting.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3] and "loss_prev" in rows[2]
+    assert json.loads((tmp_path / "summary.json").read_text())["forgetting"]
+
+
+def test_fisher_correlation_is_pearson_of_pseudo_and_previous_fishers():
+    from fedretain.algorithms.fedcurv import fisher_diag
+    from fedretain.core.tree import ravel
+
+    task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
+    ds = Dataset("pts", X, Y, X, Y, num_classes=2)
+    diag = Forgetting(task, ds, PARTS, None, [], pseudo={"steps": 0})  # pseudo x = real x
+    start, local = _model(0.5, 0.2), _model(1.5, -0.3)
+    own, prev = np.array([0, 3]), np.array([1, 2])
+    got = diag._fisher_corr(start, local, own, prev)
+    soft = torch.softmax(X[own] @ start[0]["weight"].T + start[0]["bias"], dim=-1)
+    a = ravel(fisher_diag(task, *local, {"x": X[own], "y": soft, "w": torch.ones(2)}))
+    b = ravel(fisher_diag(task, *local, {"x": X[prev], "y": Y[prev], "w": torch.ones(2)}))
+    expected = float(np.corrcoef(a.double().numpy(), b.double().numpy())[0, 1])
+    assert got == pytest.approx(expected, abs=1e-9)
+    assert diag._fisher_corr(start, local, own, own) < 1.0  # soft vs true labels differ
+
+
+def test_bad_diagnostics_are_refused():
+    from fedretain.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown diagnostics 'forgeting'"):
+        make_config({"diagnostics": "forgeting"})
+    with pytest.raises(ConfigError, match="diagnostics_rounds"):
+        make_config({"diagnostics": "forgetting", "rounds": 5, "diagnostics_rounds": [9]})

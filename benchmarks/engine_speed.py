@@ -13,7 +13,8 @@ workers included), sampled every 0.2 s from /proc.
 
 Variants: ``loop`` (one nn.Module + torch.optim.SGD over the same mini-batch orders: the plain
 reference), ``sequential`` (fedretain's reference engine; ``engine`` is an alias), ``vmap-<K>``
-(the vectorised engine, K clients per vmapped call; ``vmap-0`` sizes chunks to memory) and
+(the vectorised engine, K clients per vmapped call; ``vmap-0`` sizes chunks to memory;
+``vmap-<K>-compiled`` with ``torch.compile``) and
 ``flower`` (Flower's simulation engine, 2 workers x 1 CPU). Columns: median seconds of the
 timed rounds (after one warm-up round), GFLOP/s (3 x analytic forward FLOPs / s), percent of
 the fp32 matmul peak measured at the start of the same invocation, speed-up over the first
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 
 CLIENTS, SAMPLES, EPOCHS, BATCH, LR = 100, 60, 5, 10, 0.05
 MODELS = {"cnn-fedavg": {}, "mlp": {"hidden": [200, 200, 200]}}
-DEFAULT_VARIANTS = "loop,sequential,vmap-10,vmap-50,flower"
+DEFAULT_VARIANTS = "loop,sequential,vmap-10,vmap-25,vmap-10-compiled,vmap-25-compiled,flower"
 
 
 def flops_per_round(model: str) -> float:
@@ -104,7 +105,9 @@ class TreeRss:
         self.peak = max(self.peak, self._sample())
 
 
-def run_engine(model_name: str, rounds: int, vmap_chunk: int | None = None) -> list[float]:
+def run_engine(
+    model_name: str, rounds: int, vmap_chunk: int | None = None, compile: bool = False
+) -> list[float]:
     """Times of the warm-up round (set-up included) and then ``rounds`` rounds."""
     t_setup = time.perf_counter()
     from fedretain.algorithms import build_algorithm
@@ -127,7 +130,7 @@ def run_engine(model_name: str, rounds: int, vmap_chunk: int | None = None) -> l
     if vmap_chunk is None:
         engine = SequentialEngine(algo, task, ds, parts, spec, seed=0)
     else:
-        engine = VmapEngine(algo, task, ds, parts, spec, seed=0, chunk=vmap_chunk)
+        engine = VmapEngine(algo, task, ds, parts, spec, seed=0, chunk=vmap_chunk, compile=compile)
     state = algo.server_init(*task.init())
     times = []
     for r in range(rounds + 1):
@@ -217,7 +220,8 @@ def one(model: str, variant: str, rounds: int, threads: int) -> dict:
         elif variant == "flower":
             times, flower_startup, flower_rss = run_flower(model, rounds)
         elif variant.startswith("vmap-"):
-            times = run_engine(model, rounds, vmap_chunk=int(variant.split("-")[1]))
+            compiled = variant.endswith("-compiled")
+            times = run_engine(model, rounds, int(variant.split("-")[1]), compiled)
         else:
             raise SystemExit(f"unknown variant {variant!r}: loop, sequential, vmap-<K>, flower")
     med = statistics.median(times[1:])

@@ -57,6 +57,7 @@ class Config:
     targets: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9])
     engine: str = "sequential"  # "vmap": clients trained together; "flower": Flower clients
     vmap_chunk: int = 0  # engine=vmap: clients per vectorised call (0: sized to memory)
+    vmap_compile: bool = False  # engine=vmap: torch.compile the step (faster, slower start)
     flower_client_cpus: float = 1.0  # engine=flower: Ray CPUs per simulated client
     flower_reply_timeout: float = 300.0  # engine=flower: seconds a round waits for replies
     device: str = "cpu"

@@ -141,7 +141,10 @@ def prepare(cfg: Config, out: Path | None = None) -> dict[str, Any]:
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
     algorithm = build_algorithm(cfg.algorithm, opt=build_optimizer(cfg), **cfg.algo)
-    extra = {"vmap": {"chunk": cfg.vmap_chunk}, "flower": {"config": cfg}}.get(cfg.engine, {})
+    extra = {
+        "vmap": {"chunk": cfg.vmap_chunk, "compile": cfg.vmap_compile},
+        "flower": {"config": cfg},
+    }.get(cfg.engine, {})
     engine = ENGINES[cfg.engine](
         algorithm,
         task,
@@ -183,6 +186,7 @@ RESUMABLE = (
     "device",
     "engine",
     "vmap_chunk",
+    "vmap_compile",
     "diagnostics",
     "diagnostics_rounds",
 )

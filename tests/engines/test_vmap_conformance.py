@@ -88,3 +88,11 @@ def test_vmap_runs_end_to_end_from_the_cli(tmp_path):
     assert [r["test_accuracy"] for r in v] == pytest.approx(
         [r["test_accuracy"] for r in s], abs=2e-3
     )
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold"])
+def test_compiled_vmap_equals_sequential(name):
+    """``vmap_compile=true`` (TorchInductor) changes speed, not results."""
+    seq_state, _ = _run({"algorithm": name, "engine": "sequential"}, rounds=2)
+    vm_state, _ = _run({"algorithm": name, "engine": "vmap", "vmap_compile": True}, rounds=2)
+    assert _max_diff(seq_state, vm_state) < 1e-5

@@ -96,3 +96,17 @@ def test_compiled_vmap_equals_sequential(name):
     seq_state, _ = _run({"algorithm": name, "engine": "sequential"}, rounds=2)
     vm_state, _ = _run({"algorithm": name, "engine": "vmap", "vmap_compile": True}, rounds=2)
     assert _max_diff(seq_state, vm_state) < 1e-5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("engine", ["sequential", "vmap"])
+def test_cuda_engines_match_the_cpu_reference(engine):
+    """``device=cuda`` runs unchanged: the GPU's numbers equal the CPU's to float tolerance."""
+    cpu_state, _ = _run({"algorithm": "scaffold", "engine": "sequential"}, rounds=2)
+    gpu_state, gpu = _run({"algorithm": "scaffold", "engine": engine, "device": "cuda"}, rounds=2)
+    assert gpu.device.type == "cuda" and gpu_state["x"][next(iter(gpu_state["x"]))].is_cuda
+    to_cpu = {
+        k: {n: v.cpu() for n, v in t.items()} if isinstance(t, dict) else t.cpu()
+        for k, t in gpu_state.items()
+    }
+    assert _max_diff(cpu_state, to_cpu) < 1e-4

@@ -142,8 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the chosen command: bad input is one line on stderr and exit status 2."""
     try:
         return args.fn(args)
     except FedRetainError as e:
@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedretain.cli import dispatch
 from fedretain.errors import FedRetainError
 
 if TYPE_CHECKING:
@@ -85,14 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = [*args.overrides, *rest]
     if args.out:
         args.out = str(Path(args.out).resolve())
-    try:
-        return args.fn(args)
-    except FedRetainError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return dispatch(args)
 
 
 if __name__ == "__main__":

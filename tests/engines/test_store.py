@@ -12,6 +12,7 @@ from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.config import make_config
 from fedretain.experiments.results import read_jsonl
 from fedretain.experiments.runner import run_experiment
+from tests.experiments.test_resume import DIGITS as RESUME_DIGITS
 from tests.tiny import run_rounds, tiny_engine
 
 STATE = {
@@ -101,18 +102,7 @@ def test_engine_states_are_the_same_in_every_store(tmp_path):
     assert all(_equal(mem[c], disk[c]) for c in mem)
 
 
-DIGITS = {
-    "dataset": "digits",
-    "model": "mlp",
-    "model.hidden": [32],
-    "clients": 10,
-    "clients_per_round": 4,
-    "batch_size": 20,
-    "lr": 0.1,
-    "partition": "shards",
-    "algorithm": "scaffold",
-    "checkpoint_every": 2,
-}
+DIGITS = {**RESUME_DIGITS, "checkpoint_every": 2}
 
 
 def _metrics(path):

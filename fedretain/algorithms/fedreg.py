@@ -42,7 +42,8 @@ Choices:
   conformance setting: the vectorised and sequential engines agree to rounding over a few
   steps but drift apart over many, as two runs on different hardware would.
 - The reference code steps *down* the loss (``x − η sign(∇)``) and clamps each batch to its
-  value range; ``direction="descent"`` gives the first; clamping is not offered.
+  value range; ``direction="descent"`` gives the first, ``clamp=True`` the second (to the
+  range of the client's data, as the generation runs over all of it at once).
 
 Defaults are the paper's MNIST (two classes) setting (App. B.2): ``γ = 0.4``, ``η_s = 0.2``,
 ``η_p = 0.01 η_s``, ``E = 10``; its other settings: MNIST one class γ 0.3, η_s 0.2; EMNIST
@@ -113,6 +114,7 @@ def sign_steps(
     eta: Tensor | float,
     steps: int,
     sign: float = 1.0,
+    bounds: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """``steps`` fast-gradient-sign steps ``x ← x + sign · eta · sign(∇_x CE(f(x), y))`` in eval
     mode; ``eta`` is a float or a per-row tensor broadcastable to ``x``. Returns a new tensor."""
@@ -124,6 +126,8 @@ def sign_steps(
     for _ in range(steps):
         gx, _ = task.grad_and_aux(loss_of, {"x": x})
         x = x + sign * eta * torch.sign(gx["x"])
+        if bounds is not None:  # the reference code's clamp to the data's value range
+            x = torch.minimum(torch.maximum(x, bounds[0]), bounds[1])
     return x
 
 
@@ -136,6 +140,7 @@ def pseudo_and_perturbed(
     eta_p: float,
     steps: int,
     sign: float = 1.0,
+    clamp: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(x_s, y_s, x_p)`` for a batch: pseudo inputs with soft labels and perturbed inputs.
 
@@ -156,6 +161,7 @@ def pseudo_and_perturbed(
         rates,
         steps,
         sign,
+        (x.min(), x.max()) if clamp else None,
     )
     x_s, x_p = both[:b], both[b:]
     logits, _ = task.forward(params, buffers, x_s, train=False)
@@ -220,6 +226,7 @@ def fedreg(
     steps: int = 10,
     mg: bool = False,
     direction: str = "ascent",
+    clamp: bool = False,
     weighted: bool = False,
     opt: Optimizer | None = None,
 ) -> Algorithm:
@@ -249,7 +256,7 @@ def fedreg(
     def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
         # Algorithm D.1, line 4: pseudo and perturbed copies of all the client's data, once
         x_s, y_s, x_p = pseudo_and_perturbed(
-            ctx.task, down["x"], down["buffers"], ctx.data, eta_s, eta_p, steps, sign
+            ctx.task, down["x"], down["buffers"], ctx.data, eta_s, eta_p, steps, sign, clamp
         )
         state = base.local_init(down, client_state, ctx)
         return {**state, "generated": {"x_s": x_s, "y_s": y_s, "x_p": x_p}}
@@ -280,6 +287,7 @@ def fedreg(
             "steps": steps,
             "mg": mg,
             "direction": direction,
+            "clamp": clamp,
             "weighted": weighted,
         },
     )

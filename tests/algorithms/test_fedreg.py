@@ -259,3 +259,17 @@ def test_bad_hyperparameters_are_named(hparams, match):
 def test_refuses_local_momentum():
     with pytest.raises(ConfigError, match="plain local SGD"):
         build_algorithm("fedreg", opt=sgd(momentum=0.9))
+
+
+def test_clamp_keeps_generated_data_in_the_data_range():
+    task = make_task(W_G)
+    params, buffers = task.init()
+    batch = make_batch()
+    lo, hi = float(batch["x"].min()), float(batch["x"].max())
+    free, _, _ = pseudo_and_perturbed(task, params, buffers, batch, ETA_S, 0.002, STEPS)
+    assert float(free.min()) < lo or float(free.max()) > hi  # the steps leave the range ...
+    x_s, _, x_p = pseudo_and_perturbed(
+        task, params, buffers, batch, ETA_S, 0.002, STEPS, clamp=True
+    )
+    for x in (x_s, x_p):  # ... unless clamped
+        assert float(x.min()) >= lo and float(x.max()) <= hi

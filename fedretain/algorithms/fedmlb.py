@@ -88,12 +88,14 @@ class _Paths(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
+        # the blocks are the model's own submodules, so functional_call's substitution reaches
+        # them; a tuple attribute is not registered a second time
+        self.split = split_blocks(model)
 
     def forward(
         self, x: Tensor, start: int = 0, collect: bool = False
     ) -> Tensor | tuple[list[Tensor], Tensor]:
-        # the blocks are the model's own submodules, so functional_call's substitution reaches them
-        blocks, pool = split_blocks(self.model)
+        blocks, pool = self.split
         feats = []
         for block in blocks[start:]:
             x = block(x)
@@ -102,13 +104,26 @@ class _Paths(nn.Module):
         return (feats, logits) if collect else logits
 
 
+_PATHS: dict[int, _Paths] = {}  # id(model) -> its paths, built once (not at every step)
+
+
+def _paths_of(model: nn.Module) -> _Paths:
+    paths = _PATHS.get(id(model))
+    if paths is None or paths.model is not model:
+        if len(_PATHS) > 8:
+            _PATHS.clear()
+        paths = _PATHS[id(model)] = _Paths(model)
+    return paths
+
+
 def _call_paths(
     task: Task, params: Tree, buffers: Tree, x: Tensor, start: int, collect: bool
 ) -> Any:
     if not task.model.training:  # both models run in training mode
         task.model.train(True)
     tensors = {f"model.{k}": v for k, v in {**params, **buffers}.items()}
-    return functional_call(_Paths(task.model), tensors, (x,), {"start": start, "collect": collect})
+    paths = _paths_of(task.model)
+    return functional_call(paths, tensors, (x,), {"start": start, "collect": collect})
 
 
 def local_paths(

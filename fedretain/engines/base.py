@@ -9,7 +9,7 @@ import torch
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.task import Batch, Task
-from fedretain.core.tree import Tree, tree_allfinite
+from fedretain.core.tree import Tree, leaves, tree_allfinite, tree_map
 from fedretain.data.base import Dataset, as_float
 from fedretain.engines.ledger import Ledger
 from fedretain.engines.schedule import batch_plan, sample_clients
@@ -28,6 +28,28 @@ class LocalSpec:
     batch_size: int
     epochs: int = 1
     steps: int = 0  # > 0: exactly this many mini-batches instead of epochs
+
+
+class UplinkStack:
+    """The round's uplinks, copied as they arrive into one preallocated stack (one copy in
+    memory, in arrival order); ``stacked()`` is what ``aggregate`` receives."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.count = 0
+        self.buffers: Tree | None = None
+
+    def add(self, uplink: Tree) -> None:
+        if self.buffers is None:
+            self.buffers = tree_map(lambda v: v.new_empty((self.capacity, *v.shape)), uplink)
+        for buf, v in zip(leaves(self.buffers), leaves(uplink), strict=True):
+            buf[self.count].copy_(v)
+        self.count += 1
+
+    def stacked(self) -> Tree | None:
+        if self.buffers is None or self.count == self.capacity:
+            return self.buffers
+        return tree_map(lambda buf: buf[: self.count], self.buffers)
 
 
 EMPTY_ROUND = {"train_loss": float("nan"), "participants": 0.0, "skipped_clients": 0.0}

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from fedretain.core.algorithm import RoundInfo
-from fedretain.core.tree import Tree, leaves, tree_map
-from fedretain.engines.base import EMPTY_ROUND, DivergenceError, EngineBase
+from fedretain.core.tree import Tree
+from fedretain.engines.base import EMPTY_ROUND, DivergenceError, EngineBase, UplinkStack
 
 
 class SequentialEngine(EngineBase):
@@ -53,8 +53,7 @@ class SequentialEngine(EngineBase):
             return server_state, dict(EMPTY_ROUND)
         downlink = self.algorithm.broadcast(server_state, info)
         self.check_payload(downlink, self.algorithm.downlink_keys, "downlink")
-        # uplinks are copied into one preallocated stack as they arrive (one copy in memory)
-        stacked: Tree | None = None
+        stack = UplinkStack(len(info.clients))
         losses, kept = [], []
         for cid in info.clients:
             self.ledger.record(cid, "down", downlink)
@@ -65,12 +64,7 @@ class SequentialEngine(EngineBase):
                     raise
                 continue
             self.ledger.record(cid, "up", uplink)
-            if stacked is None:
-                stacked = tree_map(lambda v: v.new_empty((len(info.clients), *v.shape)), uplink)
-            for buf, v in zip(leaves(stacked), leaves(uplink), strict=True):
-                buf[len(kept)].copy_(v)
+            stack.add(uplink)
             losses.append(loss)
             kept.append(cid)
-        if stacked is not None and len(kept) < len(info.clients):
-            stacked = tree_map(lambda buf: buf[: len(kept)], stacked)
-        return self.finish_round(server_state, info, stacked, kept, losses)
+        return self.finish_round(server_state, info, stack.stacked(), kept, losses)

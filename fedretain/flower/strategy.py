@@ -43,8 +43,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedretain.core.algorithm import RoundInfo
-from fedretain.core.tree import Tree, tree_bytes, tree_map, tree_stack
-from fedretain.engines.base import EMPTY_ROUND, DivergenceError, EngineBase
+from fedretain.core.tree import Tree, tree_bytes, tree_map
+from fedretain.engines.base import EMPTY_ROUND, DivergenceError, EngineBase, UplinkStack
 from fedretain.engines.ledger import Ledger
 from fedretain.engines.store import ClientStore
 from fedretain.errors import ConfigError
@@ -334,7 +334,8 @@ class FlowerEngine(EngineBase):
         for cid in pending.clients:
             if cid not in answers and cid not in lost:
                 lost[cid] = f"no reply within {self.reply_timeout:g} s"
-        uplinks, losses, kept = [], [], []
+        stack = UplinkStack(len(info.clients))
+        losses, kept = [], []
         for cid in info.clients:
             if cid in lost:
                 continue
@@ -361,15 +362,13 @@ class FlowerEngine(EngineBase):
             self.ledger.record(cid, "up", uplink)
             self.accepted[cid] = info.round
             self.store.reported(cid, bool(meta["has_state"]))
-            uplinks.append(uplink)
+            stack.add(uplink)
             losses.append(loss)
             kept.append(cid)
         for cid, why in sorted(lost.items()):
             self.ledger.record_lost(cid)
             log.warning("round %d: lost the reply of client %d: %s", info.round + 1, cid, why)
-        stacked = tree_stack(uplinks) if uplinks else None
-        del uplinks
-        server_state, metrics = self.finish_round(server_state, info, stacked, kept, losses)
+        server_state, metrics = self.finish_round(server_state, info, stack.stacked(), kept, losses)
         metrics["lost_replies"] = float(len(lost))
         log.info(
             "round %d: %d of %d clients aggregated, %d replies lost, train loss %.4f",

@@ -127,7 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="compare results folders: table and plots")
     cmp_.add_argument("dirs", nargs="+", help="results folders of `fedretain run`")
     cmp_.add_argument("--out", required=True, help="report folder to write")
-    cmp_.add_argument("--reference", help="results folder of the reference run for R_a (SGD)")
+    cmp_.add_argument(
+        "--reference",
+        action="append",
+        help="results folder of the reference run for R_a (SGD); repeat it, one per seed",
+    )
     cmp_.set_defaults(fn=_cmd_compare)
 
     part = sub.add_parser("partition", help="summarise a partition and draw its heat map")

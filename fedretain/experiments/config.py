@@ -68,6 +68,9 @@ class Config:
     client_store_dtype: str = "float32"  # or float16 / bfloat16: half the bytes per client
     diagnostics: list[str] = field(default_factory=list)  # ["forgetting"]: DIR/forgetting.jsonl
     diagnostics_rounds: list[int] = field(default_factory=list)  # F_ki heat maps (default: last)
+    # forgetting: also train this algorithm's local models from the same global model on the
+    # same clients and batches (FedReg App. B.3's paired comparison); the run itself is unchanged
+    diagnostics_reference: str = ""
     dataset_params: dict[str, Any] = field(default_factory=dict)
     partition_params: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
@@ -249,7 +252,7 @@ def _positive(cfg: Config, *keys: str, minimum: float = 1) -> None:
 
 def validate(cfg: Config) -> None:
     """Check every value; component parameters are checked against their signatures."""
-    from fedretain.algorithms import algorithm_params
+    from fedretain.algorithms import ALGORITHMS, algorithm_params
     from fedretain.data.datasets import dataset_params
     from fedretain.data.partition import partition_params
     from fedretain.engines.schedule import PARTICIPATIONS, Participation, participation_params
@@ -283,6 +286,16 @@ def validate(cfg: Config) -> None:
     for d in cfg.diagnostics:
         if d not in DIAGNOSTICS:
             raise ConfigError(unknown_choice("diagnostics", d, DIAGNOSTICS))
+    if cfg.diagnostics_reference:
+        if "forgetting" not in cfg.diagnostics:
+            raise ConfigError(
+                "diagnostics_reference needs diagnostics=forgetting (it adds a reference "
+                "algorithm's loss increase to that diagnostic)"
+            )
+        if cfg.diagnostics_reference not in ALGORITHMS:
+            raise ConfigError(
+                unknown_choice("diagnostics_reference", cfg.diagnostics_reference, ALGORITHMS)
+            )
     for r in cfg.diagnostics_rounds:
         if not isinstance(r, int) or not 1 <= r <= cfg.rounds:
             raise ConfigError(f"diagnostics_rounds must be rounds in 1..{cfg.rounds}, got {r!r}")

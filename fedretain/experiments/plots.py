@@ -49,13 +49,24 @@ def plot_partition(counts: np.ndarray, path: str | Path, max_clients: int = 100)
     plt.close(fig)
 
 
-def plot_loss_increase(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> None:
+def plot_loss_increase(
+    rows: Sequence[dict[str, Any]], path: str | Path, title: str = "", reference: str = ""
+) -> None:
     """FedReg's Figure 1: loss on the previous round's clients' data under the global model
-    (``loss(t-1)``) and averaged over this round's local models (``loss(t)``)."""
+    (``loss(t-1)``) and averaged over this round's local models (``loss(t)``); with a
+    reference algorithm, also its ``loss(t)`` from the same global models."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rounds = [r["round"] for r in rows]
     ax.plot(rounds, [r["loss_prev_mean"] for r in rows], label="loss(t-1)", linewidth=1.6)
     ax.plot(rounds, [r["loss_now_mean"] for r in rows], label="loss(t)", linewidth=1.6)
+    if reference and all("loss_now_ref_mean" in r for r in rows):
+        ax.plot(
+            rounds,
+            [r["loss_now_ref_mean"] for r in rows],
+            label=f"loss(t), {reference} from the same models",
+            linewidth=1.6,
+            linestyle="--",
+        )
     ax.set_xlabel("round t")
     ax.set_ylabel("loss on the clients of round t-1")
     ax.grid(alpha=0.3)

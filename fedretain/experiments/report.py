@@ -2,12 +2,15 @@
 
 Reads results folders (the contract written by :mod:`fedretain.experiments.runner`) and writes
 ``report.md``, ``report.json``, ``accuracy_vs_round.png`` and ``accuracy_vs_bytes.png``.
-With a reference run (FedReg uses SGD in the same setting), also ``R_a`` for a in 0.5, 0.9, 1.0.
+With a reference run (FedReg uses SGD in the same setting), also ``R_a`` for a in 0.5, 0.9, 1.0;
+with one reference per seed, each run is measured against the reference of its own seed. Runs
+that share a name over several seeds also get a mean-over-seeds table.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,24 +63,87 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f}"
 
 
+def _seed(run: RunResult) -> Any:
+    return run.config.get("seed", run.summary.get("seed"))
+
+
+def _pick_reference(run: RunResult, refs: list[RunResult]) -> RunResult:
+    if len(refs) == 1:
+        return refs[0]
+    same = [r for r in refs if _seed(r) == _seed(run)]
+    if len(same) != 1:
+        raise DataError(
+            f"{run.path} has seed {_seed(run)}, and {len(same)} of the references have it; "
+            "pass one reference, or one per seed"
+        )
+    return same[0]
+
+
+def _mean_std(values: list[float]) -> str:
+    if len(values) < 2:
+        return _fmt(values[0]) if values else "-"
+    return f"{statistics.fmean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def _seed_table(rows: list[dict[str, Any]], with_r_a: bool) -> list[str]:
+    """Runs sharing a name over several seeds: mean ± std, and R_a seed by seed."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["base_name"], []).append(row)
+    if not any(len({r["seed"] for r in g}) > 1 for g in groups.values()):
+        return []
+    head = ["run", "seeds", "final acc", "top acc"]
+    if with_r_a:
+        head += [f"R_{a:g} per seed" for a in R_A_LEVELS]
+    forgetting = any(r.get("loss_increase") is not None for r in rows)
+    if forgetting:
+        head.append("loss increase")
+    lines = ["## Mean over seeds", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, group in groups.items():
+        cells = [
+            name,
+            ", ".join(str(r["seed"]) for r in group),
+            _mean_std([r["final_accuracy"] for r in group]),
+            _mean_std([r["top_accuracy"] for r in group]),
+        ]
+        if with_r_a:
+            cells += [" / ".join(_fmt(r["R_a"][f"{a:g}"]) for r in group) for a in R_A_LEVELS]
+        if forgetting:
+            values = [r["loss_increase"] for r in group if r.get("loss_increase") is not None]
+            cells.append(_mean_std(values))
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def compare(
-    dirs: list[str | Path], out: str | Path, reference: str | Path | None = None
+    dirs: list[str | Path],
+    out: str | Path,
+    reference: str | Path | list[str | Path] | None = None,
 ) -> dict[str, Any]:
-    """Write the comparison report of ``dirs`` into ``out``; returns its data."""
+    """Write the comparison report of ``dirs`` into ``out``; returns its data.
+
+    ``reference``: one results folder (SGD in FedReg's tables) for ``R_a``, or one per seed.
+    """
     if not dirs:
         raise DataError("compare needs at least one results folder")
     runs = [load_run(d) for d in dirs]
+    base = {id(r): r.label for r in runs}
     labels = [r.label for r in runs]
-    if len(set(labels)) < len(labels):  # same names: tell them apart by folder
+    if len(set(labels)) < len(labels):  # same names: tell them apart by seed, else by folder
+        seeds_differ = len({(r.label, _seed(r)) for r in runs}) == len(runs)
         for r in runs:
-            r.label = f"{r.label} ({r.path.name})"
-    ref = load_run(reference) if reference else None
+            r.label = f"{r.label} (seed {_seed(r)})" if seeds_differ else f"{r.label} ({r.path})"
+    if isinstance(reference, str | Path):
+        reference = [reference]
+    refs = [load_run(d) for d in reference or []]
     targets = list(runs[0].summary.get("rounds_to", {}))
     rows = []
     for r in runs:
         s = r.summary
         row = {
             "name": r.label,
+            "base_name": base[id(r)],
+            "seed": _seed(r),
             "folder": str(r.path),
             "algorithm": s.get("algorithm"),
             "final_accuracy": s["final_accuracy"],
@@ -87,10 +153,14 @@ def compare(
             "bytes_up": s["bytes_up"],
             "bytes_down": s["bytes_down"],
             "wall_seconds": s.get("wall_seconds"),
+            "loss_increase": (s.get("forgetting") or {}).get("loss_increase_mean"),
         }
-        if ref is not None:
-            final_ref = ref.summary["final_accuracy"]
-            row["R_a"] = {f"{a:g}": r_a(r.records, final_ref, a) for a in R_A_LEVELS}
+        if refs:
+            ref = _pick_reference(r, refs)
+            row["reference"] = str(ref.path)
+            row["R_a"] = {
+                f"{a:g}": r_a(r.records, ref.summary["final_accuracy"], a) for a in R_A_LEVELS
+            }
         rows.append(row)
 
     lines = ["# fedretain comparison", ""]
@@ -103,7 +173,7 @@ def compare(
     )
     lines.append("")
     head = ["run", "final acc", "top acc", *[f"rounds to {t}" for t in targets]]
-    if ref is not None:
+    if refs:
         head += [f"R_{a:g}" for a in R_A_LEVELS]
     head += ["MB up", "MB down", "wall s"]
     lines.append("| " + " | ".join(head) + " |")
@@ -111,7 +181,7 @@ def compare(
     for row in rows:
         cells = [row["name"], _fmt(row["final_accuracy"]), _fmt(row["top_accuracy"])]
         cells += [_fmt(row["rounds_to"].get(t)) for t in targets]
-        if ref is not None:
+        if refs:
             cells += [_fmt(v) for v in row["R_a"].values()]
         wall = row["wall_seconds"]
         cells += [
@@ -121,13 +191,16 @@ def compare(
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    if ref is not None:
+    for ref in refs:
         lines.append(
             f"R_a: first round reaching a x the final accuracy of the reference "
-            f"`{ref.label}` ({ref.summary['final_accuracy']:.4f}); '-' if never."
+            f"`{ref.label}` (seed {_seed(ref)}: {ref.summary['final_accuracy']:.4f}); "
+            "'-' if never."
         )
     lines.append("'-' in rounds-to columns: target never reached.")
-    lines += ["", "![accuracy vs round](accuracy_vs_round.png)", ""]
+    lines.append("")
+    lines += _seed_table(rows, bool(refs))
+    lines += ["![accuracy vs round](accuracy_vs_round.png)", ""]
     lines += ["![accuracy vs bytes](accuracy_vs_bytes.png)", ""]
 
     out = Path(out)
@@ -135,7 +208,7 @@ def compare(
     curves = [(r.label, r.records) for r in runs]
     plot_curves(curves, out / "accuracy_vs_round.png", x="round")
     plot_curves(curves, out / "accuracy_vs_bytes.png", x="bytes")
-    data = {"runs": rows, "reference": str(ref.path) if ref else None}
+    data = {"runs": rows, "references": [str(r.path) for r in refs]}
     write_json(out / "report.json", data)
     atomic_write_text(out / "report.md", "\n".join(lines))
     return data

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from fedretain.algorithms import algorithm_params, build_algorithm
+from fedretain.core.algorithm import Algorithm
 from fedretain.core.optim import OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
@@ -35,7 +36,7 @@ from fedretain.data.partition import make_partition, train_val_split
 from fedretain.engines.base import DivergenceError, LocalSpec
 from fedretain.engines.schedule import Participation
 from fedretain.engines.sequential import SequentialEngine
-from fedretain.engines.store import make_store
+from fedretain.engines.store import ClientStore, make_store
 from fedretain.engines.vmap import VmapEngine
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -117,6 +118,64 @@ def make_clients(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     )
 
 
+def build_engine(
+    cfg: Config,
+    algorithm: Algorithm,
+    task: Task,
+    dataset: Dataset,
+    parts: list[np.ndarray],
+    store: ClientStore,
+) -> Any:
+    """The config's engine for ``algorithm`` (the run's own, or a diagnostic reference)."""
+    extra = {
+        "vmap": {"chunk": cfg.vmap_chunk, "compile": cfg.vmap_compile},
+        "flower": {"config": cfg},
+    }.get(cfg.engine, {})
+    return ENGINES[cfg.engine](
+        algorithm,
+        task,
+        dataset,
+        parts,
+        LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps),
+        seed=cfg.seed,
+        device=resolve_device(cfg.device),
+        on_divergence=cfg.on_divergence,
+        store=store,
+        **extra,
+    )
+
+
+class ReferenceLocal:
+    """A reference algorithm's local models, trained from the run's global model of each round
+    on the same clients and mini-batches (``diagnostics_reference``). Nothing of it reaches
+    the run: the reference keeps its own client store and the torch RNG is restored."""
+
+    def __init__(self, cfg: Config, built: dict[str, Any]) -> None:
+        self.name = cfg.diagnostics_reference
+        self.algorithm = build_algorithm(self.name, opt=build_optimizer(cfg))
+        self.engine = build_engine(
+            cfg,
+            self.algorithm,
+            built["task"],
+            built["dataset"],
+            built["parts"],
+            make_store("memory", "float32", None),
+        )
+        self.engine.keep_local_models = True
+
+    def local_models(
+        self, start_model: tuple[Tree, Tree], rnd: int, lr: float, clients: list[int]
+    ) -> dict[int, tuple[Tree, Tree]]:
+        cuda = self.engine.device.type == "cuda"
+        rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else []
+        state = self.algorithm.server_init(*start_model)
+        self.engine.run_round(state, rnd, lr, clients=clients)
+        torch.set_rng_state(rng[0])
+        if cuda:
+            torch.cuda.set_rng_state_all(rng[1])
+        return self.engine.local_models
+
+
 def prepare(cfg: Config, out: Path | None = None) -> dict[str, Any]:
     """Everything a run needs, built from the config: data, partition, task, algorithm.
 
@@ -141,25 +200,17 @@ def prepare(cfg: Config, out: Path | None = None) -> dict[str, Any]:
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
     algorithm = build_algorithm(cfg.algorithm, opt=build_optimizer(cfg), **cfg.algo)
-    extra = {
-        "vmap": {"chunk": cfg.vmap_chunk, "compile": cfg.vmap_compile},
-        "flower": {"config": cfg},
-    }.get(cfg.engine, {})
-    engine = ENGINES[cfg.engine](
+    engine = build_engine(
+        cfg,
         algorithm,
         task,
         dataset,
         parts,
-        LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps),
-        seed=cfg.seed,
-        device=device,
-        on_divergence=cfg.on_divergence,
-        store=make_store(
+        make_store(
             cfg.client_store if out is not None else "memory",
             cfg.client_store_dtype,
             out / "client_state" if out is not None else None,
         ),
-        **extra,
     )
     participation = Participation(
         cfg.participation, len(parts), cfg.clients_per_round, cfg.seed, **cfg.participation_params
@@ -189,6 +240,7 @@ RESUMABLE = (
     "vmap_compile",
     "diagnostics",
     "diagnostics_rounds",
+    "diagnostics_reference",
 )
 
 
@@ -271,6 +323,7 @@ def run_experiment(
             pseudo=_pseudo_settings(cfg),
             seed=cfg.seed,
         )
+    reference = ReferenceLocal(cfg, built) if cfg.diagnostics_reference else None
     records: list[dict[str, Any]] = []
     skipped = 0.0
     fingerprint = _fingerprint(cfg)
@@ -360,7 +413,10 @@ def run_experiment(
                 )
                 done = rnd + 1
                 if forgetting is not None:
-                    forgetting.round(rnd, start_model, engine.local_models)
+                    ref = None
+                    if reference is not None:
+                        ref = reference.local_models(start_model, rnd, cfg.lr_at(rnd), clients)
+                    forgetting.round(rnd, start_model, engine.local_models, ref)
                     write_jsonl(out / "forgetting.jsonl", forgetting.records)
                 skipped += m.get("skipped_clients", 0.0)
                 acc = None
@@ -383,12 +439,8 @@ def run_experiment(
 
     summary = _summary(cfg, records, built, cfg.rounds, server_state)
     if forgetting is not None:
-        forgetting.plots(out, cfg.label)
-        increases = [r["loss_increase_mean"] for r in forgetting.records if "loss_prev_mean" in r]
-        summary["forgetting"] = {
-            "loss_increase_mean": float(np.mean(increases)) if increases else None,
-            "F_k_mean": float(np.nanmean([v for r in forgetting.records for v in r["F_k"]])),
-        }
+        forgetting.plots(out, cfg.label, cfg.diagnostics_reference)
+        summary["forgetting"] = forgetting.summary()
     write_json(out / "summary.json", summary)
     plot_curves([(cfg.label, records)], out / "accuracy.png", title=f"{cfg.label} on {cfg.dataset}")
     return summary

@@ -8,6 +8,10 @@ started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the r
   ``C(t−1)``, ``loss(t−1)(i)`` = mean loss on its training data under ``θ(t−1)``, and
   ``loss(t)(i)`` = the same averaged over the round's local models ``θ(t,j)``, ``j ∈ C(t)``.
   ``loss(t) > loss(t−1)`` means this round's local training forgot what client ``i`` taught.
+  With a reference algorithm (``diagnostics_reference=fedavg``), the reference's local models,
+  trained from the same ``θ(t−1)`` on the same clients and mini-batches, give ``loss_ref(t)``:
+  FedReg's App. B.3 compares methods this way, from one trajectory, so that both start from
+  the same ``loss(t−1)`` (the paper also sets FedReg's γ = 1 there).
 - **Fisher correlation** (FedReg, App. B.3): for every client ``i ∈ C(t)``, the Pearson
   correlation between the diagonal empirical Fisher of its local model ``θ(t,i)`` on FedReg's
   pseudo data (made from ``i``'s data with ``θ(t−1)``, soft labels) and on the training data
@@ -114,18 +118,20 @@ class Forgetting:
         rnd: int,
         start_model: tuple[Tree, Tree],
         local_models: dict[int, tuple[Tree, Tree]],
+        reference: dict[int, tuple[Tree, Tree]] | None = None,
     ) -> dict[str, Any]:
         """Measure round ``rnd`` (0-based) from the global model it started from and the
-        clients' trained models; returns (and keeps) the round's record."""
+        clients' trained models (and a reference algorithm's, trained from the same global
+        model on the same clients); returns (and keeps) the round's record."""
         clients = list(local_models)
         record: dict[str, Any] = {"round": rnd + 1, "clients": clients}
         if self.prev_clients and clients:
-            before, after = [], []
-            for i in self.prev_clients:
-                before.append(self._eval(start_model, self.parts[i])[1])
-                after.append(
-                    float(np.mean([self._eval(m, self.parts[i])[1] for m in local_models.values()]))
-                )
+
+            def loss_after(models: dict[int, tuple[Tree, Tree]], i: int) -> float:
+                return float(np.mean([self._eval(m, self.parts[i])[1] for m in models.values()]))
+
+            before = [self._eval(start_model, self.parts[i])[1] for i in self.prev_clients]
+            after = [loss_after(local_models, i) for i in self.prev_clients]
             history = [c for r in self.records[-10:] for c in r["clients"]]
             prev_data = np.concatenate([self.parts[c] for c in dict.fromkeys(history)])
             corr = [
@@ -142,6 +148,13 @@ class Forgetting:
                 loss_now_mean=float(np.mean(after)),
                 loss_increase_mean=float(np.mean(after) - np.mean(before)),
             )
+            if reference:
+                ref = [loss_after(reference, i) for i in self.prev_clients]
+                record.update(
+                    loss_now_ref=ref,
+                    loss_now_ref_mean=float(np.mean(ref)),
+                    loss_increase_ref_mean=float(np.mean(ref) - np.mean(before)),
+                )
         on = self.val_parts if self.val_parts is not None else self.parts
         base = [self._eval(start_model, on[k])[0] for k in clients]
         f = np.array(
@@ -161,12 +174,30 @@ class Forgetting:
         self.records.append(record)
         return record
 
-    def plots(self, out: Path, label: str) -> None:
+    def summary(self) -> dict[str, Any]:
+        """Means over the rounds: loss increase (and the reference's), F_k."""
+        rows = [r for r in self.records if "loss_prev_mean" in r]
+
+        def mean(key: str) -> float | None:
+            values = [r[key] for r in rows if key in r]
+            return float(np.mean(values)) if values else None
+
+        out = {
+            "loss_increase_mean": mean("loss_increase_mean"),
+            "F_k_mean": float(np.nanmean([v for r in self.records for v in r["F_k"]])),
+        }
+        if any("loss_increase_ref_mean" in r for r in rows):
+            out["loss_increase_ref_mean"] = mean("loss_increase_ref_mean")
+        return out
+
+    def plots(self, out: Path, label: str, reference: str = "") -> None:
         from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
 
         rows = [r for r in self.records if "loss_prev_mean" in r]
         if rows:
-            plot_loss_increase(rows, out / "forgetting.png", title=f"{label}: forgetting")
+            plot_loss_increase(
+                rows, out / "forgetting.png", title=f"{label}: forgetting", reference=reference
+            )
         for r in self.records:
             if r["round"] in self.heatmap_rounds:
                 plot_forgetting_heatmap(

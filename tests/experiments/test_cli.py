@@ -92,6 +92,33 @@ def test_compare_writes_report_and_plots(tmp_path, capsys):
     assert (report / "accuracy_vs_bytes.png").stat().st_size > 1000
 
 
+def test_compare_over_seeds_uses_each_seeds_reference(tmp_path, capsys):
+    from fedretain.metrics.accuracy import r_a
+
+    for seed in (0, 1):
+        for algo in ("sgd", "fedavg"):
+            out = str(tmp_path / f"s{seed}" / algo)
+            run_cli(["run", *FAST, f"algorithm={algo}", f"seed={seed}", "--out", out], capsys)
+    runs = [str(tmp_path / f"s{s}" / "fedavg") for s in (0, 1)]
+    refs = [a for s in (0, 1) for a in ("--reference", str(tmp_path / f"s{s}" / "sgd"))]
+    code, _, _ = run_cli(["compare", *runs, *refs, "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    for seed, row in enumerate(data["runs"]):
+        assert row["name"] == f"fedavg (seed {seed})"
+        assert row["reference"] == str(tmp_path / f"s{seed}" / "sgd")
+        sgd = json.loads((tmp_path / f"s{seed}" / "sgd" / "summary.json").read_text())
+        records = read_jsonl(tmp_path / f"s{seed}" / "fedavg" / "metrics.jsonl")
+        assert row["R_a"]["0.9"] == r_a(records, sgd["final_accuracy"], 0.9)
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Mean over seeds" in text and "| fedavg | 0, 1 |" in text and " ± " in text
+    # a reference for seed 0 only cannot serve a seed-1 run when references are per seed
+    code, _, err = run_cli(
+        ["compare", *runs, *refs[:2], *refs[:2], "--out", str(tmp_path / "bad")], capsys
+    )
+    assert code == 2 and "one per seed" in err
+
+
 def test_list_prints_one_line_each(capsys):
     code, out, _ = run_cli(["list", "algorithms"], capsys)
     assert code == 0

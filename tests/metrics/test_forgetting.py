@@ -127,3 +127,43 @@ def test_bad_diagnostics_are_refused():
         make_config({"diagnostics": "forgeting"})
     with pytest.raises(ConfigError, match="diagnostics_rounds"):
         make_config({"diagnostics": "forgetting", "rounds": 5, "diagnostics_rounds": [9]})
+    with pytest.raises(ConfigError, match="diagnostics_reference needs diagnostics=forgetting"):
+        make_config({"diagnostics_reference": "fedavg"})
+    with pytest.raises(ConfigError, match="unknown diagnostics_reference 'fedavgg'"):
+        make_config({"diagnostics": "forgetting", "diagnostics_reference": "fedavgg"})
+
+
+def test_reference_trains_from_the_same_global_models_on_the_same_batches(tmp_path):
+    # FedAvg against itself as reference: same start, clients and mini-batches -> same loss(t)
+    run_experiment(
+        make_config({**DIGITS, "diagnostics_reference": "fedavg"}), tmp_path / "a", progress=False
+    )
+    rows = read_jsonl(tmp_path / "a" / "forgetting.jsonl")
+    assert all(r["loss_now_ref"] == pytest.approx(r["loss_now"], rel=1e-6) for r in rows[1:])
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())["forgetting"]
+    assert summary["loss_increase_ref_mean"] == pytest.approx(summary["loss_increase_mean"])
+
+
+def test_reference_leaves_the_run_unchanged(tmp_path):
+    # FedProx with a FedAvg reference: the run's metrics are those of the run without it,
+    # and the reference's local models differ from the run's (no proximal pull)
+    fedprox = {**DIGITS, "algorithm": "fedprox", "algo.mu": 1.0}
+    run_experiment(make_config(fedprox), tmp_path / "plain", progress=False)
+    run_experiment(
+        make_config({**fedprox, "diagnostics_reference": "fedavg"}),
+        tmp_path / "ref",
+        progress=False,
+    )
+
+    def metrics(d):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(d)]
+
+    assert metrics(tmp_path / "plain" / "metrics.jsonl") == metrics(
+        tmp_path / "ref" / "metrics.jsonl"
+    )
+    plain = read_jsonl(tmp_path / "plain" / "forgetting.jsonl")
+    ref = read_jsonl(tmp_path / "ref" / "forgetting.jsonl")
+    for a, b in zip(plain[1:], ref[1:], strict=True):
+        assert a["loss_now"] == b["loss_now"]
+        # with the same start, the unconstrained FedAvg forgets more than FedProx (mu = 1)
+        assert b["loss_now_ref_mean"] > b["loss_now_mean"]

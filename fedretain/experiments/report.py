@@ -95,9 +95,13 @@ def _seed_table(rows: list[dict[str, Any]], with_r_a: bool) -> list[str]:
     head = ["run", "seeds", "final acc", "top acc"]
     if with_r_a:
         head += [f"R_{a:g} per seed" for a in R_A_LEVELS]
-    forgetting = any(r.get("loss_increase") is not None for r in rows)
-    if forgetting:
-        head.append("loss increase")
+    forgetting = [
+        k for k in ("loss_increase", "loss_increase_ref") if any(r.get(k) is not None for r in rows)
+    ]
+    head += [
+        {"loss_increase": "loss increase", "loss_increase_ref": "reference's"}[k]
+        for k in forgetting
+    ]
     lines = ["## Mean over seeds", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, group in groups.items():
         cells = [
@@ -108,10 +112,16 @@ def _seed_table(rows: list[dict[str, Any]], with_r_a: bool) -> list[str]:
         ]
         if with_r_a:
             cells += [" / ".join(_fmt(r["R_a"][f"{a:g}"]) for r in group) for a in R_A_LEVELS]
-        if forgetting:
-            values = [r["loss_increase"] for r in group if r.get("loss_increase") is not None]
-            cells.append(_mean_std(values))
+        for k in forgetting:
+            cells.append(_mean_std([r[k] for r in group if r.get(k) is not None]))
         lines.append("| " + " | ".join(cells) + " |")
+    if "loss_increase_ref" in forgetting:
+        lines += [
+            "",
+            "Loss increase: loss(t) - loss(t-1) on the previous round's clients (FedReg App. B.1); "
+            "reference's: the diagnostics_reference algorithm's local models trained from the "
+            "same global models on the same clients and batches (App. B.3).",
+        ]
     return [*lines, ""]
 
 
@@ -154,6 +164,7 @@ def compare(
             "bytes_down": s["bytes_down"],
             "wall_seconds": s.get("wall_seconds"),
             "loss_increase": (s.get("forgetting") or {}).get("loss_increase_mean"),
+            "loss_increase_ref": (s.get("forgetting") or {}).get("loss_increase_ref_mean"),
         }
         if refs:
             ref = _pick_reference(r, refs)

@@ -17,7 +17,7 @@ from torch import Tensor
 from fedretain.core.algorithm import ClientContext, LocalInitFn, LocalStepFn
 from fedretain.core.optim import Optimizer
 from fedretain.core.task import Batch
-from fedretain.core.tree import Tree
+from fedretain.core.tree import Tree, leaves
 
 Penalty = Callable[[Tree, Tree], Tensor]
 Correct = Callable[[Tree, Tree], Tree]
@@ -28,14 +28,15 @@ def make_local_init(opt: Optimizer) -> LocalInitFn:
 
     def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
         x = down["x"]
+        dev = leaves(x)[0].device  # on the model's device: vmap stacks it with the params
         return {
             "params": x,
             "buffers": down["buffers"],
             "opt": opt.init(x),
             "down": down,
             "client": client_state,
-            "lr": torch.tensor(ctx.info.lr, dtype=torch.float32),
-            "lr_sum": torch.zeros((), dtype=torch.float32),
+            "lr": torch.tensor(ctx.info.lr, dtype=torch.float32, device=dev),
+            "lr_sum": torch.zeros((), dtype=torch.float32, device=dev),
         }
 
     return local_init

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedretain.core.tree import Tree, tree_map, tree_zeros_like
+from fedretain.core.tree import Tree, leaves, tree_map, tree_zeros_like
 
 Lr = float | Tensor
 
@@ -61,7 +61,8 @@ def adam(
     """Adam (Kingma & Ba, 2015) as ``torch.optim.Adam`` computes it (L2 weight decay)."""
 
     def init(params: Tree) -> Tree:
-        return {"m": tree_zeros_like(params), "v": tree_zeros_like(params), "t": torch.zeros(())}
+        t = torch.zeros((), device=leaves(params)[0].device)
+        return {"m": tree_zeros_like(params), "v": tree_zeros_like(params), "t": t}
 
     def update(grads: Tree, state: Tree, params: Tree, lr: Lr) -> tuple[Tree, Tree]:
         if weight_decay:

@@ -71,6 +71,7 @@ class Config:
     # forgetting: also train this algorithm's local models from the same global model on the
     # same clients and batches (FedReg App. B.3's paired comparison); the run itself is unchanged
     diagnostics_reference: str = ""
+    diagnostics_samples: int = 0  # forgetting: losses/F_ki on at most this many samples per client
     dataset_params: dict[str, Any] = field(default_factory=dict)
     partition_params: dict[str, Any] = field(default_factory=dict)
     model_params: dict[str, Any] = field(default_factory=dict)
@@ -263,6 +264,7 @@ def validate(cfg: Config) -> None:
     _positive(cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every")
     _positive(cfg, "eval_batch_size", "local_epochs")
     _positive(cfg, "local_steps", "seed", "threads", "checkpoint_every", "vmap_chunk", minimum=0)
+    _positive(cfg, "diagnostics_samples", minimum=0)
     if cfg.clients_per_round > cfg.clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) cannot exceed clients ({cfg.clients})"

@@ -241,6 +241,7 @@ RESUMABLE = (
     "diagnostics",
     "diagnostics_rounds",
     "diagnostics_reference",
+    "diagnostics_samples",
 )
 
 
@@ -322,6 +323,7 @@ def run_experiment(
             cfg.eval_batch_size,
             pseudo=_pseudo_settings(cfg),
             seed=cfg.seed,
+            eval_samples=cfg.diagnostics_samples,
         )
     reference = ReferenceLocal(cfg, built) if cfg.diagnostics_reference else None
     records: list[dict[str, Any]] = []

@@ -23,7 +23,9 @@ started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the r
   when the run has no validation split), and ``F_k = mean_{i≠k} F_ki``: negative values are
   knowledge of client ``k`` destroyed by client ``i``'s local training.
 
-Losses and accuracies use the full softmax (cross-entropy), whatever the training loss. One
+Losses and accuracies use the full softmax (cross-entropy), whatever the training loss, on every
+sample of a client or, with ``diagnostics_samples=N``, on a fixed subset of at most N (on a CPU
+the CNN's diagnostics cost more than its round otherwise). One
 line per round goes to ``DIR/forgetting.jsonl``; ``forgetting.png`` plots ``loss(t−1)`` and
 ``loss(t)`` over the rounds (FedReg's Figure 1) and ``forgetting-<t>.png`` the ``F_ki`` heat
 map at the chosen rounds.
@@ -56,6 +58,7 @@ class Forgetting:
         pseudo: dict[str, float] | None = None,
         fisher_samples: int = 256,
         seed: int = 0,
+        eval_samples: int = 0,
     ) -> None:
         self.task = task
         self.dataset = dataset
@@ -69,6 +72,17 @@ class Forgetting:
         self.pseudo = {"eta_s": 0.2, "eta_p": 0.002, "steps": 10, **(pseudo or {})}
         self.fisher_samples = fisher_samples
         self.rng = np.random.default_rng(seed)
+        # losses and accuracies on at most eval_samples of each client's samples (0: all),
+        # the same subset every round
+        self.eval_parts = [self._subset(p, eval_samples) for p in parts]
+        self.eval_val_parts = (
+            None if val_parts is None else [self._subset(p, eval_samples) for p in val_parts]
+        )
+
+    def _subset(self, idx: np.ndarray, n: int) -> np.ndarray:
+        if n <= 0 or len(idx) <= n:
+            return idx
+        return np.sort(self.rng.choice(idx, n, replace=False))
 
     def _batch(self, idx: np.ndarray) -> dict[str, torch.Tensor]:
         if len(idx) > self.fisher_samples:
@@ -128,9 +142,10 @@ class Forgetting:
         if self.prev_clients and clients:
 
             def loss_after(models: dict[int, tuple[Tree, Tree]], i: int) -> float:
-                return float(np.mean([self._eval(m, self.parts[i])[1] for m in models.values()]))
+                part = self.eval_parts[i]
+                return float(np.mean([self._eval(m, part)[1] for m in models.values()]))
 
-            before = [self._eval(start_model, self.parts[i])[1] for i in self.prev_clients]
+            before = [self._eval(start_model, self.eval_parts[i])[1] for i in self.prev_clients]
             after = [loss_after(local_models, i) for i in self.prev_clients]
             history = [c for r in self.records[-10:] for c in r["clients"]]
             prev_data = np.concatenate([self.parts[c] for c in dict.fromkeys(history)])
@@ -155,7 +170,7 @@ class Forgetting:
                     loss_now_ref_mean=float(np.mean(ref)),
                     loss_increase_ref_mean=float(np.mean(ref) - np.mean(before)),
                 )
-        on = self.val_parts if self.val_parts is not None else self.parts
+        on = self.eval_val_parts if self.eval_val_parts is not None else self.eval_parts
         base = [self._eval(start_model, on[k])[0] for k in clients]
         f = np.array(
             [

@@ -167,3 +167,20 @@ def test_reference_leaves_the_run_unchanged(tmp_path):
         assert a["loss_now"] == b["loss_now"]
         # with the same start, the unconstrained FedAvg forgets more than FedProx (mu = 1)
         assert b["loss_now_ref_mean"] > b["loss_now_mean"]
+
+
+def test_diagnostics_samples_caps_the_evaluated_samples_per_client():
+    task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
+    ds = Dataset("pts", X, Y, X, Y, num_classes=2)
+    parts = [np.array([0, 1, 2, 3]), np.array([1, 2])]
+    diag = Forgetting(task, ds, parts, None, [], eval_samples=3)
+    assert len(diag.eval_parts[0]) == 3 and set(diag.eval_parts[0]) <= {0, 1, 2, 3}
+    assert diag.eval_parts[1].tolist() == [1, 2]  # small clients keep every sample
+    again = Forgetting(task, ds, parts, None, [], eval_samples=3)
+    assert again.eval_parts[0].tolist() == diag.eval_parts[0].tolist()  # seeded
+    g = _model(1.0, 0.0)
+    diag.round(0, g, {0: g, 1: g})
+    rec = diag.round(1, g, {0: _model(1.0, 3.0), 1: g})
+    kept = diag.eval_parts[0]
+    expected = np.mean([_loss_acc(g, int(c))[0] for c in kept])
+    assert rec["loss_prev"][0] == pytest.approx(expected, rel=1e-6)

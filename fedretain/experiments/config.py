@@ -307,6 +307,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             unknown_choice("client_store_dtype", cfg.client_store_dtype, STORE_DTYPES)
         )
+    if cfg.algorithm == "fedcurv" and cfg.client_store_dtype == "float16":
+        raise ConfigError(
+            "fedcurv with client_store_dtype=float16: its stored Fisher entries below ~6e-8 "
+            "would round to 0; use client_store_dtype=bfloat16 (float32's range) or float32"
+        )
     if cfg.optimizer not in OPTIMIZERS:
         raise ConfigError(unknown_choice("optimizer", cfg.optimizer, OPTIMIZERS))
     if cfg.loss not in LOSSES:

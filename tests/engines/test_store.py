@@ -86,6 +86,10 @@ def test_bad_store_settings_are_refused():
         MemoryStore("float8")
     with pytest.raises(ConfigError, match=r"unknown client_store 'ram'"):
         make_config({"client_store": "ram"})
+    # FedCurv's Fisher entries underflow in float16; bfloat16 keeps float32's range
+    with pytest.raises(ConfigError, match="fedcurv with client_store_dtype=float16"):
+        make_config({"algorithm": "fedcurv", "client_store_dtype": "float16"})
+    make_config({"algorithm": "fedcurv", "client_store_dtype": "bfloat16"})
 
 
 def test_engine_states_are_the_same_in_every_store(tmp_path):

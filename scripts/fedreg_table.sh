@@ -7,7 +7,8 @@
 #    FedReg's global models on the same clients and batches, FORGET_ROUNDS rounds (losses on
 #    100 samples per client).
 # Usage: [JOBS=N] [EXTRA="engine=vmap device=cuda"] bash scripts/fedreg_table.sh [OUT_DIR]
-# About an hour on 2 CPU cores with JOBS=2 EXTRA="engine=vmap threads=1".
+# 2 CPU cores: about 20 minutes with JOBS=2 EXTRA="model=mlp engine=vmap threads=1 eval_every=1";
+# the CNN needs a GPU (JOBS=12 EXTRA="engine=vmap device=cuda threads=1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The main job: compare the baselines on Fashion-MNIST with pathological non-IID clients,
-# ending in a report folder (report.md and plots). Usage: bash scripts/main.sh [OUT_DIR]
+# The main job: compare the baselines and the forgetting-aware methods on Fashion-MNIST with
+# pathological non-IID clients, ending in a report folder (report.md and plots).
+# Usage: bash scripts/main.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 OUT=${1:-results/main}
 CONFIG=experiments/fmnist_pathological.toml
-ALGORITHMS=(sgd fedavg fedavgm fedprox fedproxm scaffold)
-for algo in "${ALGORITHMS[@]}"; do
-    .venv/bin/fedretain run --config "$CONFIG" algorithm="$algo" --out "$OUT/$algo"
+RUNS=(sgd fedavg fedavgm fedprox fedproxm scaffold fedcurv fedreg fedavg+tce)
+for run in "${RUNS[@]}"; do
+    case "$run" in
+        fedavg+tce) args=(algorithm=fedavg loss=tce name=fedavg+tce) ;;
+        *) args=(algorithm="$run") ;;
+    esac
+    .venv/bin/fedretain run --config "$CONFIG" "${args[@]}" --out "$OUT/$run"
 done
-runs=()
-for algo in "${ALGORITHMS[@]}"; do runs+=("$OUT/$algo"); done
-.venv/bin/fedretain compare "${runs[@]}" --reference "$OUT/sgd" --out "$OUT/report"
+dirs=()
+for run in "${RUNS[@]}"; do dirs+=("$OUT/$run"); done
+.venv/bin/fedretain compare "${dirs[@]}" --reference "$OUT/sgd" --out "$OUT/report"
 echo "done: open $OUT/report/report.md"

@@ -151,8 +151,8 @@ class ReferenceLocal:
     the run: the reference keeps its own client store and the torch RNG is restored."""
 
     def __init__(self, cfg: Config, built: dict[str, Any]) -> None:
-        self.name = cfg.diagnostics_reference
-        self.algorithm = build_algorithm(self.name, opt=build_optimizer(cfg))
+        # the reference's own default hyper-parameters: cfg.algo belongs to the run's algorithm
+        self.algorithm = build_algorithm(cfg.diagnostics_reference, opt=build_optimizer(cfg))
         self.engine = build_engine(
             cfg,
             self.algorithm,

@@ -20,18 +20,38 @@ def test_local_init_puts_every_tensor_on_the_parameters_device(opt):
     assert {t.device.type for t in leaves(state)} == {"meta"}
 
 
-def test_every_algorithms_local_init_stays_on_the_parameters_device():
+def test_every_algorithms_local_round_stays_on_the_models_device():
+    # one local_init, two local steps and local_final of every algorithm on the meta device:
+    # any tensor an algorithm makes on the CPU during local training would show up here
     from fedretain.algorithms import ALGORITHMS
+    from fedretain.core.task import Task
+    from fedretain.losses import get_loss
+    from fedretain.models import build_model
 
-    x = {"w": torch.zeros(3, 2, device="meta")}
+    meta = torch.device("meta")
+    data = {
+        "x": torch.zeros(6, 4, device=meta),
+        "y": torch.zeros(6, dtype=torch.int64, device=meta),
+        "w": torch.ones(6, device=meta),
+        "label_mask": torch.ones(3, dtype=torch.bool, device=meta),
+        "idx": torch.zeros(6, dtype=torch.int64, device=meta),
+    }
+    batch = {k: v if k == "label_mask" else v[:3] for k, v in data.items()}
     info = RoundInfo(round=0, lr=0.1, clients=[0], num_clients=1, seed=0)
-    ctx = ClientContext(task=None, info=info, client_id=0, num_samples=1, data={})
+    bad = {}
     for name in ALGORITHMS:
+        projection = {"projection": 4} if name == "moon" else {}  # MOON's projection head
+        model = build_model("mlp", (4,), 3, hidden=[8], **projection).to(meta)
+        task = Task(model, get_loss("ce"), 3)
+        ctx = ClientContext(task=task, info=info, client_id=0, num_samples=6, data=data)
+        params, buffers = task.init()
         algo = build_algorithm(name)
-        if name in ("fedreg", "moon", "fedmlb"):  # need a real model and data at init
-            continue
-        server = algo.server_init(x, {})
-        down = algo.broadcast(server, info)
-        state = algo.local_init(down, algo.client_init(x), ctx)
-        devices = {t.device.type for t in leaves(state)}
-        assert devices == {"meta"}, (name, devices)
+        down = algo.broadcast(algo.server_init(params, buffers), info)
+        state = algo.local_init(down, algo.client_init(params), ctx)
+        for _ in range(2):
+            state, _ = algo.local_step(state, batch, ctx)
+        up, client_state = algo.local_final(state, algo.client_init(params), ctx)
+        devices = {t.device.type for t in leaves({"s": state, "u": up, "c": client_state})}
+        if devices != {"meta"}:
+            bad[name] = devices
+    assert not bad

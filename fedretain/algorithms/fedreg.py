@@ -95,15 +95,6 @@ def mean_ce(
     return (ce(logits, y) * w).sum() / w.sum().clamp_min(1.0)
 
 
-def mean_ce_uniform(
-    task: Task, params: Tree, buffers: Tree, x: Tensor, w: Tensor, train: bool = True
-) -> Tensor:
-    """Weighted mean cross-entropy against the uniform label ``1/n`` over the ``n`` classes."""
-    logits, _ = task.forward(params, buffers, x, train)
-    uniform = torch.full_like(logits, 1.0 / logits.shape[-1])
-    return (ce(logits, uniform) * w).sum() / w.sum().clamp_min(1.0)
-
-
 def sign_steps(
     task: Task,
     params: Tree,
@@ -196,8 +187,9 @@ def regularised_step(
 
     g, (loss, new_buffers) = task.grad_and_aux(real, theta_gamma)
     if mg:
+        uniform = x_s.new_full((x_s.shape[0], task.num_classes), 1.0 / task.num_classes)
         g_u, _ = task.grad_and_aux(
-            lambda p: (mean_ce_uniform(task, p, new_buffers, x_s, w), {}), theta_gamma
+            lambda p: (mean_ce(task, p, new_buffers, x_s, uniform, w), {}), theta_gamma
         )
         g = remove_component(g, g_u)
     state = advance(opt, state, g, new_buffers)

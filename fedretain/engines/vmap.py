@@ -189,6 +189,7 @@ class VmapEngine(SequentialEngine):
             # one finiteness check and one host transfer per chunk, not per client
             finite = finite_rows({"loss": loss, **uplinks}, len(cids)).tolist()
             loss_values = loss.tolist()
+            model = {n: final[n] for n in ("params", "buffers") if n in final}
             rows = []
             for k, cid in enumerate(cids):
                 self.ledger.record(cid, "down", downlink)
@@ -199,7 +200,6 @@ class VmapEngine(SequentialEngine):
                 self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], uplinks))
                 self.keep_client_state(cid, tree_map(lambda v, k=k: v[k], states))
                 if self.keep_local_models:
-                    model = {n: final[n] for n in ("params", "buffers") if n in final}
                     self.remember_local_model(cid, tree_map(lambda v, k=k: v[k], model))
                 rows.append(k)
                 kept.append(cid)

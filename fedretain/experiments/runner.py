@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedretain.algorithms import algorithm_params, build_algorithm
+from fedretain.algorithms import build_algorithm
 from fedretain.core.algorithm import Algorithm
 from fedretain.core.optim import OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
@@ -286,13 +286,12 @@ def _summary(
     }
 
 
-def _pseudo_settings(cfg: Config) -> dict[str, float] | None:
-    """FedReg's pseudo-data settings of this run, for the Fisher diagnostic (None: defaults)."""
-    if cfg.algorithm != "fedreg":
+def _pseudo_settings(algorithm: Algorithm) -> dict[str, float] | None:
+    """FedReg's pseudo-data settings of this run (its resolved hyper-parameters), for the
+    Fisher diagnostic (None: the diagnostic's defaults)."""
+    if algorithm.name != "fedreg":
         return None
-    algo = {**algorithm_params("fedreg"), **cfg.algo}
-    eta_p = algo["eta_p"] if algo.get("eta_p") is not None else 0.01 * algo["eta_s"]
-    return {"eta_s": algo["eta_s"], "eta_p": eta_p, "steps": algo["steps"]}
+    return {k: algorithm.hparams[k] for k in ("eta_s", "eta_p", "steps")}
 
 
 def run_experiment(
@@ -321,7 +320,7 @@ def run_experiment(
             built["val_parts"],
             cfg.diagnostics_rounds or [cfg.rounds],
             cfg.eval_batch_size,
-            pseudo=_pseudo_settings(cfg),
+            pseudo=_pseudo_settings(algorithm),
             seed=cfg.seed,
             eval_samples=cfg.diagnostics_samples,
         )

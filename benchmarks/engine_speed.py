@@ -113,7 +113,7 @@ def run_engine(
     from fedretain.algorithms import build_algorithm
     from fedretain.core.task import Task
     from fedretain.data.base import Dataset
-    from fedretain.engines.base import LocalSpec
+    from fedretain.engines.round import Clients, LocalSpec, Rounds
     from fedretain.engines.sequential import SequentialEngine
     from fedretain.engines.vmap import VmapEngine
     from fedretain.losses import get_loss
@@ -126,11 +126,11 @@ def run_engine(
     model = build_model(model_name, (1, 28, 28), 10, **MODELS[model_name])
     task = Task(model, get_loss("ce"), 10)
     algo = build_algorithm("fedavg")
-    spec = LocalSpec(BATCH, EPOCHS)
+    clients = Clients(ds, parts, LocalSpec(BATCH, EPOCHS), seed=0)
     if vmap_chunk is None:
-        engine = SequentialEngine(algo, task, ds, parts, spec, seed=0)
+        engine = Rounds(algo, task, clients, SequentialEngine())
     else:
-        engine = VmapEngine(algo, task, ds, parts, spec, seed=0, chunk=vmap_chunk, compile=compile)
+        engine = Rounds(algo, task, clients, VmapEngine(task, vmap_chunk, compile))
     state = algo.server_init(*task.init())
     times = []
     for r in range(rounds + 1):
@@ -177,8 +177,8 @@ def run_flower(model_name: str, rounds: int) -> tuple[list[float], float, float]
     """The same round shape on Flower's simulation engine (2 workers x 1 CPU): Fashion-MNIST,
     100 clients of 60 samples (``partition=fixed``), every client in every round. Returns the
     round times (warm-up first), Flower's start-up seconds and the process tree's peak RSS."""
-    from fedretain.experiments.config import make_config
     from fedretain.flower import time_simulation
+    from fedretain.recipe.config import make_config
 
     values = {
         "dataset": "fashion-mnist",
@@ -191,7 +191,8 @@ def run_flower(model_name: str, rounds: int) -> tuple[list[float], float, float]
         "lr": LR,
         "model": model_name,
         "threads": 1,
-        "flower_client_cpus": 1.0,
+        "engine": "flower",
+        "engine.client_cpus": 1.0,
         **{f"model.{k}": v for k, v in MODELS[model_name].items()},
     }
     res = time_simulation(make_config(values), rounds=rounds + 1)

@@ -10,7 +10,7 @@ lr 0.1, γ 0.4, η_s 0.2, η_p 0.002, E = 10; one client per entry of ``--sample
 Variants, timed interleaved (every repeat runs each client under each variant, rotating which
 variant goes first), so machine drift hits them alike; compare numbers within one run only:
 ``fedavg``, ``fedreg`` and ``fedreg-mg``, each the registered algorithm's local stage
-(``SequentialEngine.train_client``). FedReg generates the pseudo and perturbed copies of the
+(``fedretain.engines.round.train_client``). FedReg generates the pseudo and perturbed copies of the
 client's data once, in ``local_init`` (E = 10 sign steps over 2n samples), then takes three
 gradients per local step (four with MG) where FedAvg takes one.
 
@@ -34,8 +34,7 @@ from fedretain.core.algorithm import RoundInfo
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree
 from fedretain.data.base import Dataset
-from fedretain.engines.base import LocalSpec
-from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.round import Clients, LocalSpec, train_client
 from fedretain.losses import get_loss
 from fedretain.models import build_model
 
@@ -87,10 +86,7 @@ def main() -> None:
         "fedreg": build_algorithm("fedreg", gamma=GAMMA, eta_s=ETA_S, steps=STEPS),
         "fedreg-mg": build_algorithm("fedreg", gamma=GAMMA, eta_s=ETA_S, steps=STEPS, mg=True),
     }
-    engines = {
-        v: SequentialEngine(a, task, dataset, parts, spec, seed=0, device=device)
-        for v, a in algos.items()
-    }
+    clients = Clients(dataset, parts, spec, seed=0, device=device)
     params, buffers = task.init()
     info = RoundInfo(
         round=0, num_clients=len(sizes), clients=tuple(range(len(sizes))), lr=LR, seed=0
@@ -98,7 +94,10 @@ def main() -> None:
     downlink = {"x": params, "buffers": buffers}
 
     def stage(variant: str, cid: int) -> Tree:
-        return engines[variant].train_client(cid, downlink, info)[0]
+        algo = algos[variant]
+        data, plan = clients.data(cid), clients.plan(cid, info, algo)
+        state = algo.client_init(downlink["x"])
+        return train_client(algo, task, downlink, state, data, plan, info, cid).uplink
 
     def timed(fn: Callable[[], Tree]) -> tuple[float, Tree]:
         sync(device)
@@ -129,7 +128,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     med = {v: [statistics.median(ts) for ts in times[v]] for v in VARIANTS}
     for cid, size in enumerate(sizes):
-        steps = len(engines["fedavg"].plan(cid, info))
+        steps = len(clients.plan(cid, info, algos["fedavg"]))
         a, f, m = (med[v][cid] for v in VARIANTS)
         print(
             f"| {cid} | {size} | {steps} | {a:.3f} | {f:.3f} | {m:.3f} "

@@ -48,7 +48,7 @@ def run(
     from fedretain.core.task import Task
     from fedretain.core.tree import tree_numel
     from fedretain.data.base import Dataset
-    from fedretain.engines.base import LocalSpec
+    from fedretain.engines.round import Clients, LocalSpec, Rounds
     from fedretain.engines.sequential import SequentialEngine
     from fedretain.engines.store import make_store
     from fedretain.losses import get_loss
@@ -65,14 +65,12 @@ def run(
     task = Task(build_model(model, (1, 28, 28), 10), get_loss("ce"), 10)
     algo = build_algorithm("scaffold")
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        engine = SequentialEngine(
+        engine = Rounds(
             algo,
             task,
-            ds,
-            parts,
-            LocalSpec(batch_size=SAMPLES, steps=1),
-            seed=0,
-            store=make_store(store, dtype, Path(tmp) / "client_state"),
+            Clients(ds, parts, LocalSpec(batch_size=SAMPLES, steps=1), seed=0),
+            SequentialEngine(),
+            make_store(store, dtype, Path(tmp) / "client_state"),
         )
         state = algo.server_init(*task.init())
         num_params = tree_numel(state["x"])

@@ -14,8 +14,8 @@ from fedretain.errors import FedRetainError
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedretain.errors import ConfigError
-    from fedretain.experiments.config import load_config
-    from fedretain.experiments.runner import run_experiment
+    from fedretain.experiments.run import run_experiment
+    from fedretain.recipe.config import load_config
 
     if args.resume:
         out = Path(args.resume)
@@ -42,19 +42,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from fedretain.core.tree import tree_numel
-    from fedretain.experiments.config import load_config
-    from fedretain.experiments.runner import prepare
+    from fedretain.recipe.config import load_config
+    from fedretain.recipe.federation import build_federation
 
     configs = [a for a in args.items if a.endswith(".toml") and "=" not in a]
     overrides = [a for a in args.items if a not in configs]
     if len(configs) > 1:
         raise FedRetainError(f"validate takes one config file, got {', '.join(configs)}")
     cfg = load_config(configs[0] if configs else None, overrides)
-    built = prepare(cfg)  # loads the data, splits it, builds the model and the algorithm
-    sizes = [len(p) for p in built["parts"]]
-    params, _ = built["task"].init()
+    fed = build_federation(cfg)  # loads the data, splits it, builds the model and the algorithm
+    sizes = [len(p) for p in fed.parts]
+    params, _ = fed.task.init()
     print(
-        f"ok: {cfg.algorithm} on {cfg.dataset} ({len(built['dataset'].y_train)} training samples) "
+        f"ok: {cfg.algorithm} on {cfg.dataset} ({len(fed.dataset.y_train)} training samples) "
         f"over {len(sizes)} clients of {min(sizes)}-{max(sizes)} samples ({cfg.partition}), "
         f"model {cfg.model} with {tree_numel(params):,} parameters, {cfg.rounds} rounds"
     )
@@ -72,9 +72,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_partition(args: argparse.Namespace) -> int:
     from fedretain.data.datasets import load_dataset
     from fedretain.data.partition import class_counts, summary
-    from fedretain.experiments.config import load_config
     from fedretain.experiments.plots import plot_partition
-    from fedretain.experiments.runner import make_clients
+    from fedretain.recipe.config import load_config
+    from fedretain.recipe.federation import make_clients
 
     cfg = load_config(args.config, args.overrides)
     ds = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
@@ -87,24 +87,29 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from fedretain.algorithms import ALGORITHMS
-    from fedretain.data.datasets import DATASETS
-    from fedretain.data.partition import PARTITIONS
-    from fedretain.losses import LOSSES
-    from fedretain.models import MODELS
+    from fedretain.registry import kind
 
-    registries = {
-        "algorithms": ALGORITHMS,
-        "datasets": DATASETS,
-        "partitions": PARTITIONS,
-        "models": MODELS,
-        "losses": LOSSES,
-    }
-    registry = registries[args.what]
+    registry = kind(LISTS[args.what])
     width = max(len(n) for n in registry)
-    for name, info in registry.items():
-        print(f"{name:<{width}}  {info.description}")
+    for name, entry in registry.items():
+        params = ", ".join(f"{k}={v!r}" for k, v in registry.params(name).items())
+        print(f"{name:<{width}}  {entry.description}" + (f"  [{params}]" if args.params else ""))
     return 0
+
+
+# `fedretain list <what>` -> the registry's kind
+LISTS = {
+    "algorithms": "algorithm",
+    "datasets": "dataset",
+    "partitions": "partition",
+    "models": "model",
+    "losses": "loss",
+    "optimizers": "optimizer",
+    "participations": "participation",
+    "engines": "engine",
+    "stores": "store",
+    "diagnostics": "diagnostic",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     part.set_defaults(fn=_cmd_partition)
 
     lst = sub.add_parser("list", help="list what is available")
-    lst.add_argument("what", choices=["algorithms", "datasets", "partitions", "models", "losses"])
+    lst.add_argument("what", choices=list(LISTS), help="the kind of component")
+    lst.add_argument("--params", action="store_true", help="also show each one's parameters")
     lst.set_defaults(fn=_cmd_list)
     return p
 

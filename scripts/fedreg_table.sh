@@ -25,7 +25,7 @@ for seed in "${SEEDS[@]}"; do
         seed="$seed"
     run_one "$OUT/forgetting/seed$seed" --config "$CONFIG" algorithm=fedreg algo.gamma=1.0 \
         algo.eta_s=0.2 seed="$seed" rounds="$FORGET_ROUNDS" diagnostics=forgetting \
-        diagnostics_reference=fedavg diagnostics_samples=100 name=fedreg-gamma1
+        diagnostics.reference=fedavg diagnostics.samples=100 name=fedreg-gamma1
     runs+=("$d/sgd" "$d/fedavg" "$d/fedreg")
     refs+=(--reference "$d/sgd")
     forget+=("$OUT/forgetting/seed$seed")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Truncated cross-entropy (TCE) against plain cross-entropy, both with FedAvg, in TCE's
 # setting (experiments/tce_dirichlet.toml: Dirichlet α = 0.1, 100 clients, 10 per round,
-# 10% of each client's data for validation), 3 seeds. Add EXTRA="diagnostics=forgetting" for
-# F_ki and F_k (costly on a CPU: every round evaluates 10x10 local models).
+# 10% of each client's data for validation), 3 seeds. Add
+# EXTRA="diagnostics=forgetting diagnostics.rounds=[50,100]" for F_ki and F_k, with heat maps at
+# rounds 50 and 100 (costly on a CPU: every round evaluates 10x10 local models).
 # Usage: [JOBS=N] [EXTRA="engine=vmap device=cuda"] bash scripts/tce_table.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,10 +12,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedretain.core.algorithm import Algorithm
+from fedretain.core.algorithm import Algorithm, RoundInfo
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset
-from fedretain.engines.base import LocalSpec
+from fedretain.engines.round import Clients, LocalSpec, Rounds, train_client
 from fedretain.engines.sequential import SequentialEngine
 
 
@@ -32,23 +32,39 @@ def tiny_dataset() -> Dataset:
 TINY_PARTS = [np.array([0]), np.array([1, 2])]
 
 
-def tiny_engine(algorithm: Algorithm, epochs: int = 1, w0: float = 1.0) -> SequentialEngine:
+def tiny_engine(algorithm: Algorithm, epochs: int = 1, w0: float = 1.0) -> Rounds:
+    """Rounds of ``algorithm`` over the two tiny clients on the sequential engine."""
     model = nn.Linear(1, 1, bias=False)
     with torch.no_grad():
         model.weight.fill_(w0)
     task = Task(model, half_squared_error, num_classes=1)
-    return SequentialEngine(
-        algorithm, task, tiny_dataset(), TINY_PARTS, LocalSpec(batch_size=2, epochs=epochs), seed=0
-    )
+    clients = Clients(tiny_dataset(), TINY_PARTS, LocalSpec(batch_size=2, epochs=epochs), seed=0)
+    return Rounds(algorithm, task, clients, SequentialEngine())
 
 
-def run_rounds(engine: SequentialEngine, rounds: int, lr: float = 0.1) -> dict:
+def run_rounds(engine: Rounds, rounds: int, lr: float = 0.1) -> dict:
     """Run ``rounds`` rounds with both clients sampled; returns the server state."""
     params, buffers = engine.task.init()
     state = engine.algorithm.server_init(params, buffers)
     for rnd in range(rounds):
         state, _ = engine.run_round(state, rnd, lr, per_round=2)
     return state
+
+
+def train_one(engine: Rounds, cid: int, downlink: dict, info: RoundInfo) -> tuple[dict, float]:
+    """One client's local training (its stored state or a fresh one): uplink and mean loss."""
+    clients, algo = engine.clients, engine.algorithm
+    update = train_client(
+        algo,
+        engine.task,
+        downlink,
+        engine.client_state(cid, downlink),
+        clients.data(cid),
+        clients.plan(cid, info, algo),
+        info,
+        cid,
+    )
+    return update.uplink, float(update.loss)
 
 
 def w(state: dict, key: str = "x") -> float:

@@ -238,9 +238,10 @@ def fedreg(
             f"algo.direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}"
         )
     opt = opt or sgd()
-    if opt.name != "sgd" or opt.init({"p": torch.zeros(1)}):
+    if not opt.is_plain_sgd:
         raise ValueError(
-            "fedreg takes plain local SGD steps: set optimizer=sgd, momentum=0, weight_decay=0"
+            "fedreg takes plain local SGD steps: set optimizer=sgd, optimizer.momentum=0, "
+            "optimizer.weight_decay=0"
         )
     sign = 1.0 if direction == "ascent" else -1.0
     base = fedavg(weighted=weighted, opt=opt)
@@ -282,4 +283,5 @@ def fedreg(
             "clamp": clamp,
             "weighted": weighted,
         },
+        pseudo_data={"eta_s": eta_s, "eta_p": eta_p, "steps": steps},
     )

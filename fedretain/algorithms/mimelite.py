@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
 from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg, mean_weights
@@ -43,10 +42,10 @@ def mimelite(
     if not 0.0 <= beta < 1.0:
         raise ValueError(f"algo.beta must be in [0, 1), got {beta}")
     opt = opt or sgd()
-    if opt.name != "sgd" or opt.init({"p": torch.zeros(1)}):
+    if not opt.is_plain_sgd:
         raise ValueError(
             "mimelite applies the server momentum in plain local SGD steps: set optimizer=sgd, "
-            "momentum=0, weight_decay=0"
+            "optimizer.momentum=0, optimizer.weight_decay=0"
         )
     base = fedavg(opt=opt)
 

@@ -32,9 +32,10 @@ def scaffold(
     ``weighted`` averages ``Δy`` by sample counts instead of the paper's plain mean.
     """
     opt = opt or sgd()
-    if opt.name != "sgd" or opt.init({"p": Tensor([0.0])}):
+    if not opt.is_plain_sgd:
         raise ValueError(
-            "scaffold needs plain local SGD: set optimizer=sgd, momentum=0, weight_decay=0"
+            "scaffold needs plain local SGD: set optimizer=sgd, optimizer.momentum=0, "
+            "optimizer.weight_decay=0"
         )
 
     def server_init(params: Tree, buffers: Tree) -> Tree:

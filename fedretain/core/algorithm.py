@@ -95,6 +95,9 @@ class Algorithm:
     schedule: str = "minibatch"
     vectorisable: bool = True
     hparams: dict[str, Any] = field(default_factory=dict)
+    # FedReg-style pseudo-data settings (eta_s, eta_p, steps) the algorithm generates with; the
+    # forgetting diagnostics' Fisher correlation uses them (None: the diagnostic's defaults)
+    pseudo_data: dict[str, float] | None = None
 
     def global_model(self, server_state: Tree) -> tuple[Tree, Tree]:
         """The model to evaluate: parameters and buffers."""

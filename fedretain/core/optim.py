@@ -8,23 +8,30 @@ learning-rate schedule needs no optimiser state.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from fedretain.core.tree import Tree, leaves, tree_map, tree_zeros_like
+from fedretain.registry import Registry
 
 Lr = float | Tensor
 
 
 @dataclass(frozen=True)
 class Optimizer:
-    """A pair of pure functions, as in optax."""
+    """A pair of pure functions, as in optax, with the hyper-parameters they were made with."""
 
     name: str
     init: Callable[[Tree], Tree]
     update: Callable[[Tree, Tree, Tree, Lr], tuple[Tree, Tree]]
+    hparams: dict[str, float | bool] = field(default_factory=dict)
+
+    @property
+    def is_plain_sgd(self) -> bool:
+        """``p - lr * g`` and nothing else: no momentum, no weight decay."""
+        return self.name == "sgd" and not any(self.hparams.values())
 
 
 def sgd(momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> Optimizer:
@@ -52,7 +59,8 @@ def sgd(momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False
             return tree_map(lambda p, g: torch.addcmul(p, g, lr, value=-1.0), params, d), state
         return tree_map(lambda p, g: torch.add(p, g, alpha=-lr), params, d), state
 
-    return Optimizer("sgd", init, update)
+    hparams = {"momentum": momentum, "weight_decay": weight_decay, "nesterov": nesterov}
+    return Optimizer("sgd", init, update, hparams)
 
 
 def adam(
@@ -75,7 +83,12 @@ def adam(
         new = tree_map(lambda p, m, v: p - lr * (m / c1) / (torch.sqrt(v / c2) + eps), params, m, v)
         return new, {"m": m, "v": v, "t": t}
 
-    return Optimizer("adam", init, update)
+    hparams = {"beta1": beta1, "beta2": beta2, "eps": eps, "weight_decay": weight_decay}
+    return Optimizer("adam", init, update, hparams)
 
 
-OPTIMIZERS: dict[str, Callable[..., Optimizer]] = {"sgd": sgd, "adam": adam}
+# the local optimiser of every algorithm that takes optimiser steps (``optimizer=adam``,
+# ``optimizer.momentum=0.9``)
+OPTIMIZERS = Registry("optimizer")
+OPTIMIZERS.add("sgd", sgd, "SGD as torch.optim.SGD (momentum, weight decay, Nesterov)")
+OPTIMIZERS.add("adam", adam, "Adam as torch.optim.Adam (L2 weight decay)")

@@ -38,15 +38,13 @@ The schemes and where they come from:
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from numbers import Integral, Real
 
 import numpy as np
 
 from fedretain.errors import ConfigError, DataError, unknown_choice
+from fedretain.registry import Registry
 
 Partition = list[np.ndarray]
 
@@ -518,43 +516,25 @@ def natural(
 # registry
 
 
-@dataclass(frozen=True)
-class PartitionInfo:
-    name: str
-    description: str  # one line for `fedretain list partitions`
-    fn: Callable[..., Partition]
-
-
-PARTITIONS: dict[str, PartitionInfo] = {
-    info.name: info
-    for info in [
-        PartitionInfo("iid", "uniformly random, near-equal client sizes", iid),
-        PartitionInfo(
-            "dirichlet",
-            "per-class Dir(alpha) label skew, min_samples guaranteed; balance=true: equal sizes",
-            dirichlet,
-        ),
-        PartitionInfo(
-            "shards",
-            "classes_per_client label shards: equal sizes (FedAvg) or power_law (FedProx)",
-            shards,
-        ),
-        PartitionInfo(
-            "fixed", "per_client samples of a single class per client (FedReg EMNIST)", fixed
-        ),
-        PartitionInfo(
-            "natural", "one client per natural group: FEMNIST writer, Synthetic device", natural
-        ),
-    ]
-}
+PARTITIONS = Registry("partition", internal=_ARGS)
+PARTITIONS.add("iid", iid, "uniformly random, near-equal client sizes")
+PARTITIONS.add(
+    "dirichlet",
+    dirichlet,
+    "per-class Dir(alpha) label skew, min_samples guaranteed; balance=true: equal sizes",
+)
+PARTITIONS.add(
+    "shards",
+    shards,
+    "classes_per_client label shards: equal sizes (FedAvg) or power_law (FedProx)",
+)
+PARTITIONS.add("fixed", fixed, "per_client samples of a single class per client (FedReg EMNIST)")
+PARTITIONS.add("natural", natural, "one client per natural group: FEMNIST writer, Synthetic device")
 
 
 def partition_params(name: str) -> dict[str, object]:
     """The keyword parameters of a partition with their defaults."""
-    if name not in PARTITIONS:
-        raise ConfigError(unknown_choice("partition", name, PARTITIONS))
-    sig = inspect.signature(PARTITIONS[name].fn)
-    return {k: p.default for k, p in sig.parameters.items() if k not in _ARGS}
+    return PARTITIONS.params(name)
 
 
 def make_partition(
@@ -583,7 +563,7 @@ def make_partition(
     num_clients = _check_num_clients(num_clients)
     if name != "natural":  # natural's own check names the number of groups
         _check_not_more_clients(num_clients, labels.size)
-    fn = PARTITIONS[name].fn
+    fn = PARTITIONS.get(name).factory
     if name == "natural":
         return fn(labels, num_clients, seed, groups=groups, **params)
     return fn(labels, num_clients, seed, **params)

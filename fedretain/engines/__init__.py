@@ -1,1 +1,24 @@
-"""engines."""
+"""Engines: how a round's clients are trained. The round itself is :mod:`.round`.
+
+A new engine goes in ``fedretain/engines/<name>.py`` as a class with ``train(rounds,
+open_round)`` (see :class:`~fedretain.engines.round.Engine`) and a factory
+``<name>(fed, **options)`` taking the federation (:mod:`fedretain.recipe`) and its options
+(``engine.<option>=value``), plus one line below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.vmap import vmap_engine
+from fedretain.registry import Registry
+
+
+def sequential(fed: Any) -> SequentialEngine:
+    return SequentialEngine()
+
+
+ENGINES = Registry("engine")
+ENGINES.add("sequential", sequential, "one client after another: the reference")
+ENGINES.add("vmap", vmap_engine, "clients trained together under torch.func.vmap (chunk, compile)")

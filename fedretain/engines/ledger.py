@@ -15,6 +15,7 @@ class Ledger:
     def __init__(self) -> None:
         self.by_key: dict[str, dict[str, int]] = {"down": defaultdict(int), "up": defaultdict(int)}
         self.per_client: dict[int, dict[str, int]] = defaultdict(lambda: {"down": 0, "up": 0})
+        self.lost: dict[int, int] = defaultdict(int)  # replies that never came back (Flower)
 
     def record(self, client: int, direction: str, payload: Tree) -> int:
         """Count one payload sent to (``down``) or from (``up``) a client; returns its bytes."""
@@ -27,6 +28,13 @@ class Ledger:
             total += n
         self.per_client[client][direction] += total
         return total
+
+    def record_lost(self, client: int) -> None:
+        self.lost[client] += 1
+
+    @property
+    def lost_replies(self) -> int:
+        return sum(self.lost.values())
 
     @property
     def bytes_down(self) -> int:
@@ -41,6 +49,7 @@ class Ledger:
         return {
             "by_key": {d: dict(v) for d, v in self.by_key.items()},
             "per_client": {str(c): dict(v) for c, v in self.per_client.items()},
+            "lost": {str(c): n for c, n in self.lost.items()},
         }
 
     def load_state(self, state: dict) -> None:
@@ -50,6 +59,8 @@ class Ledger:
         self.per_client.clear()
         for c, v in state["per_client"].items():
             self.per_client[int(c)] = dict(v)
+        self.lost.clear()
+        self.lost.update({int(c): int(n) for c, n in state.get("lost", {}).items()})
 
     def summary(self) -> dict:
         return {
@@ -57,4 +68,6 @@ class Ledger:
             "bytes_down": self.bytes_down,
             "bytes_up_by_key": dict(self.by_key["up"]),
             "bytes_down_by_key": dict(self.by_key["down"]),
+            "lost_replies": self.lost_replies,
+            "lost_replies_by_client": {str(c): n for c, n in sorted(self.lost.items())},
         }

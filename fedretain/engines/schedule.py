@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedretain.registry import Registry
+
 _SAMPLE, _BATCHES = 1, 2
 
 
@@ -55,7 +57,6 @@ def batch_plan(
 
 
 _PROBS = 3
-PARTICIPATIONS = ("uniform", "bernoulli")
 
 
 class Participation:
@@ -78,8 +79,6 @@ class Participation:
         p_min: float = 0.02,
         p_max: float = 0.2,
     ) -> None:
-        if mode not in PARTICIPATIONS:
-            raise ValueError(f"participation must be one of {', '.join(PARTICIPATIONS)}")
         if not 0 < p_min <= p_max <= 1:
             raise ValueError(
                 f"participation.p_min and p_max need 0 < p_min <= p_max <= 1, got {p_min}, {p_max}"
@@ -97,6 +96,18 @@ class Participation:
         return np.flatnonzero(rng.random(self.num_clients) < self.probs)
 
 
-def participation_params(mode: str) -> dict[str, float]:
-    """Parameters of a participation model with their defaults (``participation.<name>``)."""
-    return {"p_min": 0.02, "p_max": 0.2} if mode == "bernoulli" else {}
+def uniform(num_clients: int, per_round: int, seed: int) -> Participation:
+    return Participation("uniform", num_clients, per_round, seed)
+
+
+def bernoulli(
+    num_clients: int, per_round: int, seed: int, p_min: float = 0.02, p_max: float = 0.2
+) -> Participation:
+    return Participation("bernoulli", num_clients, per_round, seed, p_min=p_min, p_max=p_max)
+
+
+PARTICIPATIONS = Registry("participation")
+PARTICIPATIONS.add("uniform", uniform, "clients_per_round clients drawn uniformly each round")
+PARTICIPATIONS.add(
+    "bernoulli", bernoulli, "client i reachable with its own probability p_i in [p_min, p_max]"
+)

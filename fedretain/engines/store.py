@@ -2,7 +2,7 @@
 
 SCAFFOLD's ``c_i``, FedDyn's ``g_i`` or MOON's previous model are one model-sized tree per
 client: 2.3 MB for ``cnn-fedavg``, 23 GB for 10,000 clients in float32. Two knobs keep that in
-bounds (``client_store`` and ``client_store_dtype`` in the config):
+bounds (``store`` and ``store.dtype`` in the config):
 
 - :class:`MemoryStore` (default) keeps the trees in RAM;
 - :class:`DiskStore` writes one ``safetensors`` file per client (atomically) into a folder of
@@ -30,7 +30,8 @@ from safetensors.torch import save as st_save
 
 from fedretain.core.tree import Tree, flatten, tree_map, unflatten
 from fedretain.errors import ConfigError, DataError
-from fedretain.experiments.results import atomic_write_bytes
+from fedretain.files import atomic_write_bytes
+from fedretain.registry import Registry
 
 STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -64,7 +65,7 @@ class ClientStore(Mapping[int, Tree]):
     def __init__(self, dtype: str = "float32") -> None:
         if dtype not in STORE_DTYPES:
             raise ConfigError(
-                f"client_store_dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}"
+                f"store.dtype must be one of {', '.join(STORE_DTYPES)}, got {dtype!r}"
             )
         self.dtype = STORE_DTYPES[dtype]
         self.device = torch.device("cpu")  # where states are returned; the engine sets it
@@ -197,12 +198,23 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
+def memory(folder: str | Path | None = None, dtype: str = "float32") -> MemoryStore:
+    """Client states in RAM (``folder`` is not used)."""
+    return MemoryStore(dtype)
+
+
+def disk(folder: str | Path | None = None, dtype: str = "float32") -> DiskStore:
+    """Client states in ``folder`` (the run's ``DIR/client_state``)."""
+    if folder is None:
+        raise ValueError("store=disk needs a folder (the run's results folder)")
+    return DiskStore(folder, dtype)
+
+
+STORES = Registry("store", internal=("folder",))
+STORES.add("memory", memory, "client states in RAM (dtype: float32, float16 or bfloat16)")
+STORES.add("disk", disk, "one safetensors file per client in DIR/client_state (dtype as memory)")
+
+
 def make_store(kind: str, dtype: str = "float32", folder: str | Path | None = None) -> ClientStore:
-    """``client_store`` = ``memory`` or ``disk`` (``folder`` required for disk)."""
-    if kind == "memory":
-        return MemoryStore(dtype)
-    if kind == "disk":
-        if folder is None:
-            raise ConfigError("client_store=disk needs a folder (the run's results folder)")
-        return DiskStore(folder, dtype)
-    raise ConfigError(f"client_store must be memory or disk, got {kind!r}")
+    """The store ``kind`` (``memory`` or ``disk``; ``folder`` required for disk)."""
+    return STORES.build(kind, {"dtype": dtype}, folder, prefix="store")

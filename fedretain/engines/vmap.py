@@ -7,7 +7,7 @@ local step is one vmapped call for the whole chunk, so per-client Python work di
 the matrix products get bigger. The numbers equal the sequential engine's (same seeded
 mini-batches) up to floating-point summation order.
 
-With ``compile=True`` (``vmap_compile=true``) the vmapped step goes through ``torch.compile``
+With ``compile=True`` (``engine.compile=true``) the vmapped step goes through ``torch.compile``
 (TorchInductor): elementwise work around the matrix products is fused and Python overhead
 leaves the loop. It costs seconds of compilation in the first round (a C++ compiler is
 needed on CPU) and pays off over longer runs; numbers agree with the eager engine to
@@ -15,13 +15,15 @@ floating-point rounding.
 
 An algorithm with ``vectorisable=False``, or a model with BatchNorm (its running statistics
 update in place, which vmap cannot stack), runs on the sequential engine instead, with a
-one-line notice.
+one-line notice (:func:`vmap_engine`).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,8 +32,9 @@ from torch.func import vmap
 from torch.nn.utils.rnn import pad_sequence
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.tree import Tree, finite_rows, tree_map, tree_stack
-from fedretain.engines.base import EMPTY_ROUND, diverged
+from fedretain.core.task import Task
+from fedretain.core.tree import Tree, tree_stack
+from fedretain.engines.round import Clients, OpenRound, Rounds, Trained, local_model
 from fedretain.engines.sequential import SequentialEngine
 
 
@@ -63,31 +66,41 @@ def vectorisable(algorithm: Algorithm, model: nn.Module) -> str | None:
     return None
 
 
-class VmapEngine(SequentialEngine):
-    """Trains a chunk of clients per vmapped call; falls back to sequential when it must."""
+class VmapEngine:
+    """Trains a chunk of clients per vmapped call."""
 
     name = "vmap"
+    store = None  # the run's store keeps the client states
+    remote = False
 
-    def __init__(self, *args, chunk: int = 0, compile: bool = False, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, task: Task, chunk: int = 0, compile: bool = False) -> None:
         self.chunk = chunk
         self.compile = compile
-        self.fallback = vectorisable(self.algorithm, self.task.model)
-        if self.fallback:
-            print(f"note: engine=vmap runs sequentially: {self.fallback}", file=sys.stderr)
-        self.vtask = replace(self.task, functional=True)
+        self.vtask = replace(task, functional=True)
 
     def chunk_size(self, num: int) -> int:
         """Clients per vmapped call: ``chunk`` if set, else by a memory budget (~1 GiB)."""
         if self.chunk > 0:
             return min(self.chunk, num)
-        per_client = 8 * sum(p.numel() * p.element_size() for p in self.task.model.parameters())
+        model = self.vtask.model
+        per_client = 8 * sum(p.numel() * p.element_size() for p in model.parameters())
         return int(max(1, min(num, (1 << 30) // max(per_client, 1))))
 
-    def _plans(self, cids: list[int], info: RoundInfo) -> tuple[Tensor, Tensor, Tensor, list[bool]]:
+    def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
+        size = self.chunk_size(len(rnd.info.clients))
+        for start in range(0, len(rnd.info.clients), size):
+            cids = list(rnd.info.clients[start : start + size])
+            yield self.train_chunk(rounds, rnd, cids)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _plans(
+        self, clients: Clients, algo: Algorithm, cids: list[int], info: RoundInfo
+    ) -> tuple[Tensor, Tensor, Tensor, list[bool]]:
         """Padded batch indices (K, T, B), sample weights (K, T, B), live steps (K, T), and
         for each step whether every client takes it (known on the host, so no device sync)."""
-        plans = [self.plan(c, info) for c in cids]
+        plans = [clients.plan(c, info, algo) for c in cids]
         steps = max(len(p) for p in plans)
         width = max(len(b) for p in plans for b in p)
         idx = np.zeros((len(cids), steps, width), dtype=np.int64)
@@ -98,7 +111,7 @@ class VmapEngine(SequentialEngine):
                 idx[k, t, : len(b)] = b
                 wts[k, t, : len(b)] = 1.0
                 live[k, t] = True
-        dev = self.device
+        dev = clients.device
         return (
             torch.from_numpy(idx).to(dev),
             torch.from_numpy(wts).to(dev),
@@ -106,23 +119,23 @@ class VmapEngine(SequentialEngine):
             live.all(axis=0).tolist(),
         )
 
-    def _data(self, cids: list[int]) -> Tree:
+    @staticmethod
+    def _data(clients: Clients, cids: list[int]) -> Tree:
         """The chunk's client data padded to the largest client: x, y, label_mask stacked."""
-        data = [self.client_data(c) for c in cids]
+        data = [clients.data(c) for c in cids]
         out = {k: pad_sequence([d[k] for d in data], batch_first=True) for k in ("x", "y", "w")}
         out["label_mask"] = torch.stack([d["label_mask"] for d in data])
         return out  # padding is zero, so its sample weight w is 0
 
-    def train_chunk(
-        self, cids: list[int], downlink: Tree, info: RoundInfo
-    ) -> tuple[Tree, Tensor, Tree, Tree]:
+    def train_chunk(self, rounds: Rounds, rnd: OpenRound, cids: list[int]) -> Trained:
         """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states
-        and the stacked final step states."""
-        algo, task = self.algorithm, self.vtask
-        data = self._data(cids)
-        idx, wts, live, all_live = self._plans(cids, info)
-        client_states = tree_stack([self.client_state(c, downlink) for c in cids])
-        sizes = torch.tensor([len(self.parts[c]) for c in cids], device=self.device)
+        and, when the round keeps them, the stacked local models."""
+        algo, task, clients, info = rounds.algorithm, self.vtask, rounds.clients, rnd.info
+        downlink = rnd.downlink
+        data = self._data(clients, cids)
+        idx, wts, live, all_live = self._plans(clients, algo, cids, info)
+        client_states = tree_stack([rounds.client_state(c, downlink) for c in cids])
+        sizes = torch.tensor([clients.size(c) for c in cids], device=clients.device)
 
         def ctx_of(num: Tensor, d: Tree) -> ClientContext:
             return ClientContext(task=task, info=info, client_id=-1, num_samples=num, data=d)
@@ -154,7 +167,7 @@ class VmapEngine(SequentialEngine):
             vstep = torch.compile(vstep, dynamic=False)
             vmasked = torch.compile(vmasked, dynamic=False)
         state = vmap(init, randomness="different")(client_states, sizes, data)
-        loss_sum = torch.zeros(len(cids), device=self.device)
+        loss_sum = torch.zeros(len(cids), device=clients.device)
         for t in range(idx.shape[1]):
             if all_live[t]:  # every client of the chunk takes this step: no masking needed
                 state, loss = vstep(state, sizes, data, idx[:, t], wts[:, t])
@@ -162,51 +175,22 @@ class VmapEngine(SequentialEngine):
                 state, loss = vmasked(state, sizes, data, idx[:, t], wts[:, t], live[:, t])
             loss_sum = loss_sum + loss
         uplinks, new_states = vmap(final, randomness="different")(state, client_states, sizes, data)
-        return uplinks, loss_sum / live.sum(dim=1), new_states, state
+        return Trained(
+            clients=cids,
+            uplinks=uplinks,
+            losses=loss_sum / live.sum(dim=1),
+            states=new_states,
+            models=local_model(state) if rnd.keep_models else None,
+        )
 
-    def run_round(
-        self,
-        server_state: Tree,
-        rnd: int,
-        lr: float,
-        per_round: int = 0,
-        clients: np.ndarray | None = None,
-    ) -> tuple[Tree, dict[str, float]]:
-        if self.fallback:
-            return super().run_round(server_state, rnd, lr, per_round, clients)
-        info = self.start_round(rnd, lr, per_round, clients)
-        if info is None:
-            return server_state, dict(EMPTY_ROUND)
-        algo = self.algorithm
-        downlink = algo.broadcast(server_state, info)
-        self.check_payload(downlink, algo.downlink_keys, "downlink")
-        size = self.chunk_size(len(info.clients))
-        parts, losses, kept = [], [], []
-        for start in range(0, len(info.clients), size):
-            cids = list(info.clients[start : start + size])
-            uplinks, loss, states, final = self.train_chunk(cids, downlink, info)
-            self.check_payload(uplinks, algo.uplink_keys, "uplink")
-            # one finiteness check and one host transfer per chunk, not per client
-            finite = finite_rows({"loss": loss, **uplinks}, len(cids)).tolist()
-            loss_values = loss.tolist()
-            model = {n: final[n] for n in ("params", "buffers") if n in final}
-            rows = []
-            for k, cid in enumerate(cids):
-                self.ledger.record(cid, "down", downlink)
-                if not finite[k]:
-                    if self.on_divergence != "skip":
-                        raise diverged(rnd, f"the update of client {cid}")
-                    continue
-                self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], uplinks))
-                self.keep_client_state(cid, tree_map(lambda v, k=k: v[k], states))
-                if self.keep_local_models:
-                    self.remember_local_model(cid, tree_map(lambda v, k=k: v[k], model))
-                rows.append(k)
-                kept.append(cid)
-                losses.append(loss_values[k])
-            if len(rows) < len(cids):
-                keep = torch.tensor(rows, dtype=torch.int64, device=self.device)
-                uplinks = tree_map(lambda v, keep=keep: v.index_select(0, keep), uplinks)
-            parts.append(uplinks)
-        stacked = parts[0] if len(parts) == 1 else tree_map(lambda *v: torch.cat(v), *parts)
-        return self.finish_round(server_state, info, stacked, kept, losses)
+
+def vmap_engine(fed: Any, chunk: int = 0, compile: bool = False) -> VmapEngine | SequentialEngine:
+    """``engine=vmap``: the vectorised engine, or the sequential one (with a one-line notice)
+    when the algorithm or the model cannot be vectorised."""
+    if chunk < 0:
+        raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
+    why = vectorisable(fed.algorithm, fed.task.model)
+    if why:
+        print(f"note: engine=vmap runs sequentially: {why}", file=sys.stderr)
+        return SequentialEngine()
+    return VmapEngine(fed.task, chunk, compile)

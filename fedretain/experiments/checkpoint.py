@@ -9,7 +9,7 @@ so a crafted checkpoint cannot run code.
 Layout in the results folder: ``checkpoint/state-<round>.safetensors`` and
 ``checkpoint/meta.json`` naming it. The tensor file is written first under a new name, then
 ``meta.json`` is replaced atomically, then the old tensor file is removed: a crash at any
-moment leaves the previous checkpoint or the new one, both whole. With ``client_store=disk``
+moment leaves the previous checkpoint or the new one, both whole. With ``store=disk``
 the client states are not copied into the tensor file: ``checkpoint/clients-<round>/`` holds
 hard links to the store's files of that moment (see :mod:`fedretain.engines.store`).
 """
@@ -29,8 +29,9 @@ from safetensors.torch import save as st_save
 
 from fedretain.core.tree import Tree, flatten
 from fedretain.engines.store import ClientStore, DiskStore
-from fedretain.errors import DataError
-from fedretain.experiments.results import atomic_write_bytes, write_json
+from fedretain.errors import ConfigError, DataError
+from fedretain.files import atomic_write_bytes, write_json
+from fedretain.recipe.config import Config, flat_settings, resolved
 
 FORMAT = 1
 
@@ -76,7 +77,7 @@ class Checkpoint:
         if self.client_dir is not None:
             if not isinstance(store, DiskStore):
                 raise DataError(
-                    "this checkpoint keeps client states on disk: resume with client_store=disk"
+                    "this checkpoint keeps client states on disk: resume with store=disk"
                 )
             store.restore(self.client_dir)
             return
@@ -170,3 +171,48 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
         )
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"checkpoint in {folder} is incomplete or corrupt ({e!r})") from None
+
+
+# settings that may change when a run is resumed: they do not change the computation (a
+# component's name stands for its parameters too: ``engine`` covers ``engine.chunk``)
+RESUMABLE = (
+    "name",
+    "rounds",
+    "eval_every",
+    "targets",
+    "threads",
+    "checkpoint_every",
+    "device",
+    "engine",
+    "diagnostics",
+)
+
+
+def fingerprint(cfg: Config) -> dict[str, Any]:
+    """The settings a checkpoint belongs to, as flat keys (``algo.mu``, ``model``)."""
+    return _fingerprint(resolved(cfg))
+
+
+def _fingerprint(settings: dict[str, Any]) -> dict[str, Any]:
+    flat = flat_settings(settings)  # also gives old checkpoints' keys their new names
+    return {k: v for k, v in flat.items() if k.partition(".")[0] not in RESUMABLE}
+
+
+def load_for_resume(
+    folder: str | Path, cfg: Config, device: str | torch.device = "cpu"
+) -> Checkpoint | None:
+    """The checkpoint in ``folder`` if it belongs to ``cfg`` (ConfigError naming what
+    differs otherwise); None when the run stopped before its first checkpoint."""
+    if not (Path(folder) / "checkpoint" / "meta.json").exists():
+        return None
+    ckpt = load_checkpoint(folder, device)
+    new = fingerprint(cfg)
+    old = _fingerprint(ckpt.fingerprint)
+    defaults = fingerprint(Config())  # a key newer than the checkpoint counts as its default
+    changed = [k for k in set(old) | set(new) if old.get(k, defaults.get(k)) != new.get(k)]
+    if changed:
+        raise ConfigError(
+            f"cannot resume {folder}: {', '.join(sorted(changed))} differ from the checkpoint; "
+            f"only {', '.join(RESUMABLE)} (and their parameters) may change"
+        )
+    return ckpt

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from fedretain.experiments.results import save_figure
+from fedretain.files import save_figure
 
 Run = tuple[str, Sequence[dict[str, Any]]]  # (label, metrics records)
 

@@ -1,6 +1,6 @@
 """``fedretain compare``: a table of runs and their overlaid accuracy curves.
 
-Reads results folders (the contract written by :mod:`fedretain.experiments.runner`) and writes
+Reads results folders (the contract written by :mod:`fedretain.experiments.run`) and writes
 ``report.md``, ``report.json``, ``accuracy_vs_round.png`` and ``accuracy_vs_bytes.png``.
 With a reference run (FedReg uses SGD in the same setting), also ``R_a`` for a in 0.5, 0.9, 1.0;
 with one reference per seed, each run is measured against the reference of its own seed. Runs
@@ -18,7 +18,7 @@ from typing import Any
 
 from fedretain.errors import DataError
 from fedretain.experiments.plots import plot_curves
-from fedretain.experiments.results import atomic_write_text, read_jsonl, write_json
+from fedretain.files import atomic_write_text, read_jsonl, write_json
 from fedretain.metrics.accuracy import r_a
 
 R_A_LEVELS = (0.5, 0.9, 1.0)
@@ -119,7 +119,7 @@ def _seed_table(rows: list[dict[str, Any]], with_r_a: bool) -> list[str]:
         lines += [
             "",
             "Loss increase: loss(t) - loss(t-1) on the previous round's clients (FedReg App. B.1); "
-            "reference's: the diagnostics_reference algorithm's local models trained from the "
+            "reference's: the diagnostics.reference algorithm's local models trained from the "
             "same global models on the same clients and batches (App. B.3).",
         ]
     return [*lines, ""]

@@ -1,34 +1,40 @@
 """Flower integration: every fedretain algorithm on Flower's Message API, both halves.
 
 Flower's strategies are server-only; here one server half and one client half serve every
-registered :class:`~fedretain.core.algorithm.Algorithm`:
+registered :class:`~fedretain.core.algorithm.Algorithm`, split by role:
 
-- :mod:`.records`: trees to ``ArrayRecord``\\ s and back (one record per payload key);
+- :mod:`.protocol`: the wire protocol on one page (record names, message types, node-config
+  and ``context.state`` keys, the round's ``ConfigRecord``); :mod:`.records`: trees to
+  ``ArrayRecord``\\ s and back (one record per payload key);
 - :mod:`.client`: the ClientApp (local training by partition id, state in ``context.state``);
-- :mod:`.strategy`: :class:`FlowerEngine` (``engine=flower`` of the runner) and
-  :class:`AlgorithmStrategy` (the same rounds as a Flower ``Strategy``);
+- :mod:`.engine`: :class:`FlowerEngine`, ``engine=flower`` of a run (an
+  :class:`~fedretain.engines.round.Engine`: Flower messages instead of local training);
+  :mod:`.store`: :class:`RemoteStore`, the client states that live on the clients;
+- :mod:`.strategy`: :class:`AlgorithmStrategy`, the same rounds as a Flower ``Strategy``;
 - :mod:`.federation`: the Grid, partition discovery, message exchange with a deadline;
-- :mod:`.simulation`: Flower's simulation engine (Ray) in the background, and
-  :func:`time_simulation` for benchmarks;
-- :mod:`.app`: the ServerApp and ClientApp that ``flwr run`` starts on real SuperNodes;
-- :mod:`.deployment`: a SuperLink and SuperNodes on 127.0.0.1 and the Flower app folder
-  (``python -m fedretain.flower`` is the command line); :mod:`.processes` stops and measures
-  the process trees Flower and Ray start.
+- :mod:`.options`: the settings ``engine=flower`` refuses (checked with the configuration);
+- launch tooling: :mod:`.simulation` (Flower's simulation engine, Ray, in the background, and
+  :func:`time_simulation` for benchmarks), :mod:`.deployment` (a SuperLink and SuperNodes on
+  127.0.0.1 and the Flower app folder), :mod:`.processes` (stop and measure process trees);
+- entrances: :mod:`.app` (the ServerApp and ClientApp ``flwr run`` starts) and
+  ``python -m fedretain.flower`` (:mod:`.__main__`).
 
-Importing this package does not import Flower; its names load on first use.
+Importing this package does not import Flower (it registers ``engine=flower``); its names
+load on first use.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedretain.flower.strategy import FlowerEngine
+from fedretain.engines import ENGINES
+from fedretain.flower.options import check_options
 
 _EXPORTS = {
     "AlgorithmStrategy": "strategy",
-    "FlowerEngine": "strategy",
+    "FlowerEngine": "engine",
+    "RemoteStore": "store",
     "Federation": "federation",
     "connected": "federation",
     "FlowerSimulation": "simulation",
@@ -38,11 +44,19 @@ _EXPORTS = {
 }
 
 
-def flower_engine(*args: Any, **kwargs: Any) -> FlowerEngine:
-    """``engine=flower`` for the runner: a :class:`FlowerEngine` (Flower loads only now)."""
-    from fedretain.flower.strategy import FlowerEngine
+def flower_factory(fed: Any, client_cpus: float = 1.0, reply_timeout: float = 300.0) -> Any:
+    """``engine=flower``: a FlowerEngine for the federation ``fed`` (Flower loads only now)."""
+    from fedretain.flower.engine import flower
 
-    return FlowerEngine(*args, **kwargs)
+    return flower(fed, client_cpus=client_cpus, reply_timeout=reply_timeout)
+
+
+ENGINES.add(
+    "flower",
+    flower_factory,
+    "clients as Flower ClientApps: own simulation (Ray) or SuperNodes (client_cpus, reply_timeout)",
+    check=check_options,
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -51,4 +65,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'fedretain.flower' has no attribute {name!r}")
 
 
-__all__ = ["flower_engine", *_EXPORTS]
+__all__ = ["check_options", "flower_factory", *_EXPORTS]

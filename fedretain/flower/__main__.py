@@ -22,11 +22,11 @@ from fedretain.cli import dispatch
 from fedretain.errors import FedRetainError
 
 if TYPE_CHECKING:
-    from fedretain.experiments.config import Config
+    from fedretain.recipe.config import Config
 
 
 def _config(args: argparse.Namespace) -> Config:
-    from fedretain.experiments.config import load_config
+    from fedretain.recipe.config import load_config
 
     return load_config(args.config, [*args.overrides, "engine=flower"])
 

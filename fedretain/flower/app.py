@@ -10,9 +10,10 @@ A Flower app folder (written by ``python -m fedretain.flower app DIR ...``, see
 and carries the run configuration: ``config`` (the experiment's resolved configuration as TOML
 text, ``engine = "flower"``), ``out`` (the results folder, on the SuperLink's machine) and
 ``resume`` (continue the run in ``out`` from its checkpoint). The ServerApp runs the experiment
-with the runner, exactly as ``fedretain run`` does, its rounds going to the SuperNodes: every
-SuperNode needs ``--node-config "partition-id=<k> num-partitions=<clients>"`` and fedretain
-installed (with the data, or a ``data-dir=...`` node config pointing at it).
+exactly as ``fedretain run`` does (:func:`fedretain.experiments.run.run_experiment`), its
+rounds going to the SuperNodes: every SuperNode needs
+``--node-config "partition-id=<k> num-partitions=<clients>"`` and fedretain installed (with
+the data, or a ``data-dir=...`` node config pointing at it).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def make_server_app() -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         from fedretain.errors import ConfigError
-        from fedretain.experiments.runner import run_experiment
-        from fedretain.flower.client import config_from_text
+        from fedretain.experiments.run import run_experiment
         from fedretain.flower.federation import Federation, connected
+        from fedretain.recipe.config import config_from_text
 
         run_config = context.run_config
         text, out = str(run_config.get("config", "")), str(run_config.get("out", ""))
@@ -46,7 +47,7 @@ def make_server_app() -> ServerApp:
             raise ConfigError(f"the run's config has engine={cfg.engine}; set engine=flower")
         handler = logging.StreamHandler(sys.stderr)  # Flower streams it to `flwr run --stream`
         handler.setFormatter(logging.Formatter("fedretain: %(message)s"))
-        log = logging.getLogger("fedretain.flower")
+        log = logging.getLogger("fedretain")  # the rounds' warnings and the engine's notes
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         try:

@@ -38,7 +38,7 @@ from fedretain.errors import FedRetainError
 from fedretain.flower.processes import kill_tree, kill_trees
 
 if TYPE_CHECKING:
-    from fedretain.experiments.config import Config
+    from fedretain.recipe.config import Config
 
 CONNECTION = "local-fedretain"  # the SuperLink connection LocalFederation writes for `flwr run`
 HOST = "127.0.0.1"
@@ -80,13 +80,12 @@ def app_pyproject(config_text: str, out: str | Path, resume: bool = False) -> st
 def write_app(folder: str | Path, config: Config, out: str | Path, resume: bool = False) -> Path:
     """Write the Flower app folder of ``config`` (a :class:`Config`, ``engine`` set to
     ``flower``) whose results go to ``out``; returns the folder."""
-    from dataclasses import replace
-
-    from fedretain.experiments.config import resolved
+    from fedretain.flower.options import flower_config
+    from fedretain.recipe.config import resolved
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    text = tomli_w.dumps(resolved(replace(config, engine="flower")))
+    text = tomli_w.dumps(resolved(flower_config(config)))
     (folder / "pyproject.toml").write_text(app_pyproject(text, out, resume))
     return folder
 

@@ -2,7 +2,7 @@
 message exchange with a deadline.
 
 A :class:`Federation` wraps the ``Grid`` a ServerApp receives (from Flower's simulation engine
-or from a SuperLink). Inside ``with connected(federation):`` the runner's ``engine=flower``
+or from a SuperLink). Inside ``with connected(federation):`` a run's ``engine=flower``
 uses it instead of starting a simulation of its own: that is how the ServerApp of
 :mod:`fedretain.flower.app` runs an experiment on real SuperNodes, and how tests share one
 simulation between runs.
@@ -22,7 +22,7 @@ from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fedretain.errors import FedRetainError
-from fedretain.flower.client import NODE, NUM_PARTITIONS, PARTITION_ID
+from fedretain.flower.protocol import NODE, QUERY_PARTITION, node_partition
 
 log = logging.getLogger("fedretain.flower")
 
@@ -118,7 +118,7 @@ class NodeMap:
             Message(
                 RecordDict({NODE: ConfigRecord()}),
                 dst_node_id=n,
-                message_type="query.partition",
+                message_type=QUERY_PARTITION,
                 ttl=self.timeout,
             )
             for n in new
@@ -136,8 +136,7 @@ class NodeMap:
                     continue
                 self._refuse(f"SuperNode {node} cannot serve: {error_text(reply)}", strict)
                 continue
-            record = reply.content.config_records[NODE]
-            part, num = int(record[PARTITION_ID]), int(record[NUM_PARTITIONS])
+            part, num = node_partition(reply.content.config_records[NODE])
             if not 0 <= part < self.num_clients or num not in (-1, self.num_clients):
                 self._refuse(
                     f"SuperNode {node} has partition-id={part} num-partitions={num}, but the run "

@@ -1,7 +1,7 @@
 """Flower's simulation engine (Ray backend) as a background service offering its Grid.
 
 ``flwr.simulation.run_simulation`` blocks while its ServerApp runs; here it runs in a thread
-with a ServerApp that hands its Grid over and waits. Whoever holds the Grid (the runner's
+with a ServerApp that hands its Grid over and waits. Whoever holds the Grid (a run's
 ``engine=flower``, a test, a benchmark) drives the rounds, and :meth:`FlowerSimulation.close`
 ends the ServerApp, which stops Ray and every actor process::
 
@@ -34,7 +34,7 @@ from fedretain.flower.federation import Federation
 from fedretain.flower.processes import tree_rss_kb
 
 if TYPE_CHECKING:
-    from fedretain.experiments.config import Config
+    from fedretain.recipe.config import Config
 
 log = logging.getLogger("fedretain.flower")
 
@@ -185,12 +185,13 @@ def time_simulation(config: Config, rounds: int | None = None) -> dict[str, Any]
     all of its descendants, Ray's included, sampled every 0.25 s) and ``peak_processes``.
     Nothing is written to disk.
     """
-    from dataclasses import replace
-
-    from fedretain.experiments.runner import prepare
+    from fedretain.engines.round import Rounds
+    from fedretain.flower.options import flower_config
+    from fedretain.recipe.federation import build_federation
+    from fedretain.registry import kind
 
     rounds = config.rounds if rounds is None else rounds
-    cfg = replace(config, engine="flower", rounds=rounds, checkpoint_every=0)
+    cfg = flower_config(config, rounds=rounds, checkpoint_every=0)
     peak = {"rss": 0, "procs": 0}
     done = threading.Event()
 
@@ -203,17 +204,20 @@ def time_simulation(config: Config, rounds: int | None = None) -> dict[str, Any]
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        built = prepare(cfg)
-        engine, algorithm, task = built["engine"], built["algorithm"], built["task"]
-        engine.close_after_last_round = False  # closing is not part of the last round
-        state = algorithm.server_init(*task.init())
+        fed = build_federation(cfg)
+        # the FlowerEngine, by its registered factory (engine.py starts this module's simulation)
+        engine = kind("engine").build("flower", cfg.engine_params, fed)
+        runner = Rounds(
+            fed.algorithm, fed.task, fed.clients, engine, on_divergence=cfg.on_divergence
+        )
+        state = fed.algorithm.server_init(*fed.task.init())
         round_s = []
         try:
             engine.connect()
             for rnd in range(rounds):
                 start = time.perf_counter()
-                state, _ = engine.run_round(
-                    state, rnd, cfg.lr_at(rnd), clients=built["participation"].clients(rnd)
+                state, _ = runner.run_round(
+                    state, rnd, cfg.lr_at(rnd), clients=fed.participation.clients(rnd)
                 )
                 round_s.append(time.perf_counter() - start)
         finally:

@@ -8,33 +8,20 @@ and composes with every algorithm.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedretain.errors import ConfigError, unknown_choice
 from fedretain.losses.ce import ce
 from fedretain.losses.tce import tce
+from fedretain.registry import Registry
 
 Loss = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 
 
-@dataclass(frozen=True)
-class LossInfo:
-    name: str
-    description: str
-    fn: Loss
-
-
-LOSSES: dict[str, LossInfo] = {
-    "ce": LossInfo("ce", "cross-entropy over all classes (hard or soft labels)", ce),
-    "tce": LossInfo(
-        "tce", "truncated cross-entropy: softmax over the client's label set (Legate 2022)", tce
-    ),
-}
+LOSSES = Registry("loss")
+LOSSES.add("ce", ce, "cross-entropy over all classes (hard or soft labels)")
+LOSSES.add("tce", tce, "truncated cross-entropy: softmax over the client's label set (Legate 2022)")
 
 
 def get_loss(name: str) -> Loss:
-    if name not in LOSSES:
-        raise ConfigError(unknown_choice("loss", name, LOSSES))
-    return LOSSES[name].fn
+    return LOSSES.get(name).factory

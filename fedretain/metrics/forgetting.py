@@ -8,7 +8,7 @@ started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the r
   ``C(t−1)``, ``loss(t−1)(i)`` = mean loss on its training data under ``θ(t−1)``, and
   ``loss(t)(i)`` = the same averaged over the round's local models ``θ(t,j)``, ``j ∈ C(t)``.
   ``loss(t) > loss(t−1)`` means this round's local training forgot what client ``i`` taught.
-  With a reference algorithm (``diagnostics_reference=fedavg``), the reference's local models,
+  With a reference algorithm (``diagnostics.reference=fedavg``), the reference's local models,
   trained from the same ``θ(t−1)`` on the same clients and mini-batches, give ``loss_ref(t)``:
   FedReg's App. B.3 compares methods this way, from one trajectory, so that both start from
   the same ``loss(t−1)`` (the paper also sets FedReg's γ = 1 there).
@@ -24,16 +24,14 @@ started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the r
   knowledge of client ``k`` destroyed by client ``i``'s local training.
 
 Losses and accuracies use the full softmax (cross-entropy), whatever the training loss, on every
-sample of a client or, with ``diagnostics_samples=N``, on a fixed subset of at most N (on a CPU
-the CNN's diagnostics cost more than its round otherwise). One
-line per round goes to ``DIR/forgetting.jsonl``; ``forgetting.png`` plots ``loss(t−1)`` and
-``loss(t)`` over the rounds (FedReg's Figure 1) and ``forgetting-<t>.png`` the ``F_ki`` heat
-map at the chosen rounds.
+sample of a client or, with ``diagnostics.samples=N``, on a fixed subset of at most N (on a CPU
+the CNN's diagnostics cost more than its round otherwise). :class:`Forgetting`
+returns one record per round; the run's diagnostic (:mod:`fedretain.experiments.diagnostics`)
+writes them and draws them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +51,6 @@ class Forgetting:
         dataset: Dataset,
         parts: list[np.ndarray],
         val_parts: list[np.ndarray] | None,
-        heatmap_rounds: list[int],
         batch_size: int = 1000,
         pseudo: dict[str, float] | None = None,
         fisher_samples: int = 256,
@@ -64,7 +61,6 @@ class Forgetting:
         self.dataset = dataset
         self.parts = parts
         self.val_parts = val_parts
-        self.heatmap_rounds = set(heatmap_rounds)
         self.batch_size = batch_size
         self.prev_clients: list[int] = []
         self.records: list[dict[str, Any]] = []
@@ -204,17 +200,3 @@ class Forgetting:
         if any("loss_increase_ref_mean" in r for r in rows):
             out["loss_increase_ref_mean"] = mean("loss_increase_ref_mean")
         return out
-
-    def plots(self, out: Path, label: str, reference: str = "") -> None:
-        from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
-
-        rows = [r for r in self.records if "loss_prev_mean" in r]
-        if rows:
-            plot_loss_increase(
-                rows, out / "forgetting.png", title=f"{label}: forgetting", reference=reference
-            )
-        for r in self.records:
-            if r["round"] in self.heatmap_rounds:
-                plot_forgetting_heatmap(
-                    r, out / f"forgetting-{r['round']}.png", title=f"{label}, round {r['round']}"
-                )

@@ -11,10 +11,9 @@ Every model also takes ``projection=P``: MOON's projection head between ``featur
 
 from fedretain.models.registry import (
     MODELS,
-    ModelInfo,
     build_model,
     functional_method,
     model_params,
 )
 
-__all__ = ["MODELS", "ModelInfo", "build_model", "functional_method", "model_params"]
+__all__ = ["MODELS", "build_model", "functional_method", "model_params"]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from torch import Tensor, nn
@@ -16,50 +14,31 @@ from fedretain.models.fixup import resnet9
 from fedretain.models.resnet import resnet18, resnet20
 from fedretain.models.simple import cnn, cnn2, cnn_fedavg, lenet5, mlp
 from fedretain.models.vgg import vgg11
+from fedretain.registry import Registry
 
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    description: str  # one line for `fedretain list models`
-    build: Callable[..., nn.Module]  # build(input_shape, num_classes, **params) -> nn.Module
-
-
-_ENTRIES = (
-    ("mlp", "multi-layer perceptron on flattened inputs (hidden sizes configurable)", mlp),
-    ("cnn", "FedReg's MNIST CNN: 3 conv (5x5) + 2 fc, 228k params on 1x28x28", cnn),
-    ("cnn2", "PyTorch MNIST example CNN with dropout (FedCurv), 1.2M params on 1x28x28", cnn2),
-    ("cnn-fedavg", "McMahan et al. 2017 FedAvg CNN, 582,026 params on 1x28x28", cnn_fedavg),
-    ("lenet5", "LeNet-5 for CIFAR-10 (GradMA / FedLab), 62k params on 3x32x32", lenet5),
-    ("vgg11", "VGG-11, CIFAR variant, group/batch/no norm, 9.2M params on 3x32x32", vgg11),
-    ("resnet9", "FedReg's ResNet-9 with Fixup init (no norm by default), 6.6M params", resnet9),
-    ("resnet18", "CIFAR ResNet-18, GroupNorm(2) by default (FedMLB / TCE), 11.2M params", resnet18),
-    ("resnet20", "CIFAR ResNet-20 (He et al. 2016, option A), 0.27M params (GradMA)", resnet20),
+# every model also takes projection=P (> 0): MOON's projection head of this output size
+# between features and head (None: none), handled by build_model rather than the builders
+MODELS = Registry("model", common={"projection": None})
+MODELS.add("mlp", mlp, "multi-layer perceptron on flattened inputs (hidden sizes configurable)")
+MODELS.add("cnn", cnn, "FedReg's MNIST CNN: 3 conv (5x5) + 2 fc, 228k params on 1x28x28")
+MODELS.add("cnn2", cnn2, "PyTorch MNIST example CNN with dropout (FedCurv), 1.2M params on 1x28x28")
+MODELS.add("cnn-fedavg", cnn_fedavg, "McMahan et al. 2017 FedAvg CNN, 582,026 params on 1x28x28")
+MODELS.add("lenet5", lenet5, "LeNet-5 for CIFAR-10 (GradMA / FedLab), 62k params on 3x32x32")
+MODELS.add("vgg11", vgg11, "VGG-11, CIFAR variant, group/batch/no norm, 9.2M params on 3x32x32")
+MODELS.add(
+    "resnet9", resnet9, "FedReg's ResNet-9 with Fixup init (no norm by default), 6.6M params"
 )
-
-MODELS: dict[str, ModelInfo] = {
-    name: ModelInfo(name, description, build) for name, description, build in _ENTRIES
-}
-
-
-def _info(name: str) -> ModelInfo:
-    if name not in MODELS:
-        raise ConfigError(unknown_choice("model", name, MODELS))
-    return MODELS[name]
-
-
-# parameters every model takes, handled here rather than by the builders
-COMMON_PARAMS: dict[str, object] = {
-    # > 0: MOON's projection head of this output size between features and head (None: none)
-    "projection": None,
-}
+MODELS.add(
+    "resnet18", resnet18, "CIFAR ResNet-18, GroupNorm(2) by default (FedMLB / TCE), 11.2M params"
+)
+MODELS.add(
+    "resnet20", resnet20, "CIFAR ResNet-20 (He et al. 2016, option A), 0.27M params (GradMA)"
+)
 
 
 def model_params(name: str) -> dict[str, object]:
     """The keyword parameters of model ``name`` and their defaults (builder's, then common)."""
-    sig = inspect.signature(_info(name).build)
-    params = list(sig.parameters.values())[2:]  # after input_shape, num_classes
-    return {**{p.name: p.default for p in params}, **COMMON_PARAMS}
+    return MODELS.params(name)
 
 
 def build_model(
@@ -73,13 +52,13 @@ def build_model(
     Raises ConfigError for an unknown model, an unknown parameter, a bad parameter value or an
     input too small for the model.
     """
-    info = _info(name)
+    info = MODELS.get(name)
     valid = model_params(name)
     for key in params:
         if key not in valid:
             raise ConfigError(f"model '{name}': " + unknown_choice("parameter", key, valid))
     projection = params.pop("projection", None)
-    model = info.build(input_shape, num_classes, **params)
+    model = info.factory(input_shape, num_classes, **params)
     if projection is None:
         return model
     dim = check_int(name, "projection", projection)

@@ -106,3 +106,11 @@ def test_unknown_hyperparameter_is_named():
 def test_unknown_algorithm_lists_choices():
     with pytest.raises(ConfigError, match="did you mean 'fedavg'"):
         build_algorithm("fedavgg")
+
+
+@pytest.mark.parametrize("name", ["scaffold", "mimelite", "fedreg"])
+def test_plain_sgd_algorithms_refuse_weight_decay_too(name):
+    """Their updates assume p - lr * g: weight decay changes that as momentum does."""
+    with pytest.raises(ConfigError, match="plain local SGD"):
+        build_algorithm(name, opt=sgd_opt(weight_decay=0.01))
+    assert build_algorithm(name, opt=sgd_opt()).name == name

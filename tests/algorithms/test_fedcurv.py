@@ -17,9 +17,9 @@ from fedretain.algorithms.fedcurv import curvature_penalty, fedcurv, fisher_diag
 from fedretain.core.algorithm import ClientContext, RoundInfo
 from fedretain.core.task import Task
 from fedretain.errors import ConfigError
-from fedretain.experiments.config import load_config
 from fedretain.losses.ce import ce
 from fedretain.losses.tce import tce
+from fedretain.recipe.config import load_config
 from tests.tiny import run_rounds, tiny_engine, w
 
 INFO = RoundInfo(round=0, num_clients=2, clients=(0,), lr=0.1, seed=0)

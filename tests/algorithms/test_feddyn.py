@@ -4,13 +4,15 @@ Local gradients of the task loss at weight ``w``: client 0 ``w − 2``; client 1
 ``lr = 0.1``; with ``batch_size = 2`` every epoch is one full-batch step.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from fedretain.algorithms import build_algorithm
 from fedretain.algorithms.feddyn import dyn_penalty
 from fedretain.core.algorithm import RoundInfo
-from fedretain.engines.base import LocalSpec
+from fedretain.engines.round import LocalSpec
 from fedretain.errors import ConfigError
 from tests.tiny import run_rounds, tiny_engine, w
 
@@ -49,7 +51,7 @@ def test_two_rounds_by_hand():
     #   client 1: 0.553 − 0.1·(2.212 − 0.0636) = 0.33816
     #   h = 0.02235 − 0.05·(0.14281 − 0.21484) = 0.0259515
     #   x = (0.69581 + 0.33816)/2 − 0.259515 = 0.25747
-    engine.local = LocalSpec(batch_size=2, epochs=1)
+    engine.clients = replace(engine.clients, local=LocalSpec(batch_size=2, epochs=1))
     state, _ = engine.run_round(state, 1, 0.1, per_round=2)
     assert w(state, "h") == pytest.approx(0.0259515, abs=1e-6)
     assert w(state) == pytest.approx(0.25747, abs=1e-6)

@@ -210,7 +210,7 @@ def test_two_block_mlp_vmap_equals_sequential_and_payloads_are_fedavgs():
     }
     seq_state, seq = _run({**over, "engine": "sequential"}, rounds=2)
     vm_state, vm = _run({**over, "engine": "vmap"}, rounds=2)
-    assert vm.fallback is None and BASE["model"] == "mlp"
+    assert vm.engine.name == "vmap" and BASE["model"] == "mlp"
     assert _max_diff(seq_state, vm_state) < 1e-5
     # the ledger counts exactly the declared payload keys (FedAvg's)
     for engine in (seq, vm):

@@ -12,7 +12,7 @@ from fedretain.algorithms import build_algorithm
 from fedretain.core.algorithm import RoundInfo
 from fedretain.core.optim import sgd
 from fedretain.errors import ConfigError
-from tests.tiny import run_rounds, tiny_engine, w
+from tests.tiny import run_rounds, tiny_engine, train_one, w
 
 
 def test_two_rounds_by_hand():
@@ -48,7 +48,7 @@ def test_uploads_the_full_gradient_at_the_received_model():
     params, buffers = engine.task.init()
     state = algo.server_init(params, buffers)
     info = RoundInfo(round=0, num_clients=2, clients=(1,), lr=0.1, seed=0)
-    uplink, _ = engine.train_client(1, algo.broadcast(state, info), info)
+    uplink, _ = train_one(engine, 1, algo.broadcast(state, info), info)
     assert float(uplink["grad"]["weight"].reshape(())) == pytest.approx(4.0)  # 4·1, not at y
     assert set(uplink) == {"y", "grad", "buffers"}
 

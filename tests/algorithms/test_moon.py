@@ -14,10 +14,10 @@ from fedretain.algorithms.moon import contrastive_loss, represent
 from fedretain.core.algorithm import ClientContext, RoundInfo
 from fedretain.core.task import Task
 from fedretain.errors import ConfigError
-from fedretain.experiments.config import make_config
-from fedretain.experiments.runner import prepare
+from fedretain.experiments.run import build_rounds
 from fedretain.losses.ce import ce
 from fedretain.models import build_model
+from fedretain.recipe.config import make_config
 
 RUN = {
     "dataset": "digits",
@@ -83,9 +83,8 @@ def test_zero_contrastive_gradient_at_first_participation():
 def test_first_round_equals_fedavg_then_differs():
     def run(algorithm: str, rounds: int, **algo):
         cfg = {**RUN, "algorithm": algorithm, **{f"algo.{k}": v for k, v in algo.items()}}
-        built = prepare(make_config(cfg))
-        engine, alg, task = built["engine"], built["algorithm"], built["task"]
-        state = alg.server_init(*task.init())
+        fed, engine = build_rounds(make_config(cfg))
+        state = fed.algorithm.server_init(*fed.task.init())
         for rnd in range(rounds):  # the same two clients: round 2 is their second participation
             state, _ = engine.run_round(state, rnd, 0.1, clients=np.array([0, 1]))
         return state, engine
@@ -182,18 +181,15 @@ def test_warns_without_a_projection_head_only():
 
 def test_vmap_equals_sequential_with_the_projection_head():
     def run(engine_name: str):
-        built = prepare(make_config({**RUN, "algorithm": "moon", "engine": engine_name}))
-        engine, algo, task = built["engine"], built["algorithm"], built["task"]
-        state = algo.server_init(*task.init())
+        fed, engine = build_rounds(make_config({**RUN, "algorithm": "moon", "engine": engine_name}))
+        state = fed.algorithm.server_init(*fed.task.init())
         for rnd in range(2):
-            state, _ = engine.run_round(
-                state, rnd, 0.1, clients=built["participation"].clients(rnd)
-            )
+            state, _ = engine.run_round(state, rnd, 0.1, clients=fed.participation.clients(rnd))
         return state, engine
 
     seq, _ = run("sequential")
     vm, engine = run("vmap")
-    assert engine.fallback is None
+    assert engine.engine.name == "vmap"
     for k in seq["x"]:
         torch.testing.assert_close(seq["x"][k], vm["x"][k], atol=1e-5, rtol=0)
 
@@ -205,3 +201,12 @@ def test_bad_hyperparameters():
         build_algorithm("moon", mu=-1.0)
     with pytest.raises(ConfigError, match="projection must be an integer >= 1"):
         build_model("mlp", (5,), 3, projection=0)
+
+
+def test_a_config_without_a_projection_head_is_refused():
+    """MOON contrasts projected representations: validation refuses it without the head."""
+    cfg = {k: v for k, v in RUN.items() if k != "model.projection"}
+    refused = r"moon with model\.projection=None: .*model\.projection=P"
+    with pytest.raises(ConfigError, match=refused):
+        make_config({**cfg, "algorithm": "moon"})
+    make_config({**cfg, "algorithm": "fedavg"})  # the same config is fine for other algorithms

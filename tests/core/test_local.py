@@ -16,7 +16,7 @@ def test_local_init_puts_every_tensor_on_the_parameters_device(opt):
     x = {"w": torch.zeros(3, 2, device="meta"), "b": torch.zeros(2, device="meta")}
     info = RoundInfo(round=0, lr=0.1, clients=[0], num_clients=1, seed=0)
     ctx = ClientContext(task=None, info=info, client_id=0, num_samples=1, data={})
-    state = make_local_init(OPTIMIZERS[opt]())({"x": x, "buffers": {}}, {}, ctx)
+    state = make_local_init(OPTIMIZERS.build(opt))({"x": x, "buffers": {}}, {}, ctx)
     assert {t.device.type for t in leaves(state)} == {"meta"}
 
 

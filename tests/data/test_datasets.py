@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from fedretain.data.base import Dataset
-from fedretain.data.datasets import DATASETS, DatasetInfo, dataset_params, load_dataset
+from fedretain.data.datasets import DATASETS, dataset_params, load_dataset
 from fedretain.data.idx import read_idx
 from fedretain.errors import ConfigError, DataError
+from fedretain.registry import Entry
 
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 EXPECTED_NAMES = {
@@ -83,13 +84,13 @@ def write_mnist_like(
 def test_registry_names_and_fields() -> None:
     assert set(DATASETS) == EXPECTED_NAMES
     for name, info in DATASETS.items():
-        assert isinstance(info, DatasetInfo)
+        assert isinstance(info, Entry)
         assert info.name == name
         assert info.description and "\n" not in info.description
-        assert info.how_to_get and "\n" not in info.how_to_get
-        assert callable(info.loader)
-    assert DATASETS["fashion-mnist"].default_dir == str(FASHION_DIR)
-    assert DATASETS["mnist"].default_dir is None
+        assert info.meta["how_to_get"] and "\n" not in info.meta["how_to_get"]
+        assert callable(info.factory)
+    assert DATASETS.get("fashion-mnist").meta["default_dir"] == str(FASHION_DIR)
+    assert "default_dir" not in DATASETS.get("mnist").meta
 
 
 def test_dataset_params() -> None:
@@ -130,8 +131,9 @@ def test_unknown_param_names_it_and_valid_ones() -> None:
     with pytest.raises(ConfigError) as err:
         load_dataset("synthetic", alhpa=0.5)
     message = str(err.value)
-    assert "alhpa" in message and "did you mean 'alpha'" in message and "devices" in message
-    with pytest.raises(ConfigError, match=r"no parameter 'split'.*none"):
+    assert "alhpa" in message and "did you mean 'dataset.alpha'" in message
+    assert "dataset.devices" in message
+    with pytest.raises(ConfigError, match=r"unknown key 'dataset\.split'.*valid: none"):
         load_dataset("fashion-mnist", split="x")
 
 
@@ -169,7 +171,7 @@ def test_missing_folder_names_path_and_how_to_get(tmp_path: Path) -> None:
         with pytest.raises(DataError, match=r"does not exist") as err:
             load_dataset(name, missing)
         assert str(missing) in str(err.value), name
-        assert DATASETS[name].how_to_get in str(err.value), name
+        assert DATASETS.get(name).meta["how_to_get"] in str(err.value), name
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:

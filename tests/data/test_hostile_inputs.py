@@ -18,7 +18,7 @@ from fedretain.data.cifar import load_pickle
 from fedretain.data.idx import read_idx
 from fedretain.data.leaf import load_femnist
 from fedretain.errors import ConfigError, DataError
-from fedretain.experiments.config import load_config
+from fedretain.recipe.config import load_config
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

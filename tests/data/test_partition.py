@@ -82,7 +82,7 @@ def test_registry_names_and_descriptions():
     for name, info in PARTITIONS.items():
         assert info.name == name
         assert info.description and "\n" not in info.description
-        assert callable(info.fn)
+        assert callable(info.factory)
 
 
 def test_partition_params():

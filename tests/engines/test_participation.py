@@ -37,9 +37,9 @@ def test_bad_probabilities_are_refused():
 
 
 def test_bernoulli_run_records_participants(tmp_path):
-    from fedretain.experiments.config import make_config
-    from fedretain.experiments.results import read_jsonl
-    from fedretain.experiments.runner import run_experiment
+    from fedretain.experiments.run import run_experiment
+    from fedretain.files import read_jsonl
+    from fedretain.recipe.config import make_config
 
     cfg = make_config(
         {

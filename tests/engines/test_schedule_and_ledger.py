@@ -69,7 +69,7 @@ def test_client_state_kept_only_for_participants():
 
 
 def test_divergence_is_reported_with_round_and_hint():
-    from fedretain.engines.base import DivergenceError
+    from fedretain.engines.round import DivergenceError
 
     with pytest.raises(DivergenceError, match=r"round 1.*lower lr"):
         run_rounds(tiny_engine(build_algorithm("fedavg"), w0=1e30), 1, lr=1e30)

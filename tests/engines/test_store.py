@@ -9,9 +9,9 @@ from fedretain.algorithms import build_algorithm
 from fedretain.core.tree import tree_map
 from fedretain.engines.store import DiskStore, MemoryStore, make_store
 from fedretain.errors import ConfigError, DataError
-from fedretain.experiments.config import make_config
-from fedretain.experiments.results import read_jsonl
-from fedretain.experiments.runner import run_experiment
+from fedretain.experiments.run import run_experiment
+from fedretain.files import read_jsonl
+from fedretain.recipe.config import make_config
 from tests.experiments.test_resume import DIGITS as RESUME_DIGITS
 from tests.tiny import run_rounds, tiny_engine
 
@@ -82,14 +82,14 @@ def test_corrupt_client_file_is_one_line(tmp_path):
 
 
 def test_bad_store_settings_are_refused():
-    with pytest.raises(ConfigError, match="client_store_dtype"):
+    with pytest.raises(ConfigError, match=r"store\.dtype"):
         MemoryStore("float8")
-    with pytest.raises(ConfigError, match=r"unknown client_store 'ram'"):
-        make_config({"client_store": "ram"})
+    with pytest.raises(ConfigError, match=r"unknown store 'ram'"):
+        make_config({"store": "ram"})
     # FedCurv's Fisher entries underflow in float16; bfloat16 keeps float32's range
-    with pytest.raises(ConfigError, match="fedcurv with client_store_dtype=float16"):
-        make_config({"algorithm": "fedcurv", "client_store_dtype": "float16"})
-    make_config({"algorithm": "fedcurv", "client_store_dtype": "bfloat16"})
+    with pytest.raises(ConfigError, match=r"fedcurv with store\.dtype=float16"):
+        make_config({"algorithm": "fedcurv", "store.dtype": "float16"})
+    make_config({"algorithm": "fedcurv", "store.dtype": "bfloat16"})
 
 
 def test_engine_states_are_the_same_in_every_store(tmp_path):
@@ -115,7 +115,7 @@ def _metrics(path):
 
 def test_disk_store_run_equals_memory_run_and_resumes_from_its_snapshot(tmp_path):
     mem = run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "mem", progress=False)
-    disk_cfg = {**DIGITS, "client_store": "disk"}
+    disk_cfg = {**DIGITS, "store": "disk"}
     first = run_experiment(
         make_config({**disk_cfg, "rounds": 3}), tmp_path / "disk", progress=False
     )
@@ -139,7 +139,7 @@ def test_disk_store_run_equals_memory_run_and_resumes_from_its_snapshot(tmp_path
 
 
 def test_half_precision_run_is_deterministic_and_close_to_float32(tmp_path):
-    half = {**DIGITS, "rounds": 3, "client_store_dtype": "float16"}
+    half = {**DIGITS, "rounds": 3, "store.dtype": "float16"}
     run_experiment(make_config(half), tmp_path / "a", progress=False)
     run_experiment(make_config(half), tmp_path / "b", progress=False)
     run_experiment(make_config({**DIGITS, "rounds": 3}), tmp_path / "c", progress=False)

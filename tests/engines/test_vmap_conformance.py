@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fedretain.algorithms import ALGORITHMS
-from fedretain.experiments.config import make_config
-from fedretain.experiments.runner import prepare
+from fedretain.experiments.run import build_rounds
+from fedretain.recipe.config import make_config
 
 BASE = {
     "dataset": "digits",
@@ -23,21 +23,22 @@ BASE = {
     "partition": "dirichlet",
     "partition.alpha": 0.5,
     "local_epochs": 2,
-    "vmap_chunk": 2,  # 5 clients in chunks of 2, 2 and 1
 }
+VMAP = {"engine": "vmap", "engine.chunk": 2}  # 5 clients in chunks of 2, 2 and 1
 
 # FedReg's projection (w_s = <Δ, g_s>/|g_s|² with g_s → 0 near the received model) amplifies
 # rounding differences ~1.3x per local step, so its comparison takes fewer, larger steps (still
 # ragged clients, chunks and padded steps): the 1e-5 bound then holds with a wide margin.
-OVERRIDES = {"fedreg": {"batch_size": 64, "local_epochs": 1}}
+OVERRIDES = {"fedreg": {"batch_size": 64, "local_epochs": 1}, "moon": {"model.projection": 8}}
 
 
 def _run(overrides, rounds=3):
-    built = prepare(make_config({**BASE, **overrides}))
-    engine, algo, task = built["engine"], built["algorithm"], built["task"]
-    state = algo.server_init(*task.init())
+    if overrides.get("engine") == "vmap":
+        overrides = {**VMAP, **overrides}
+    fed, engine = build_rounds(make_config({**BASE, **overrides}))
+    state = fed.algorithm.server_init(*fed.task.init())
     for rnd in range(rounds):
-        state, _ = engine.run_round(state, rnd, 0.1, clients=built["participation"].clients(rnd))
+        state, _ = engine.run_round(state, rnd, 0.1, clients=fed.participation.clients(rnd))
     return state, engine
 
 
@@ -58,7 +59,7 @@ def test_vmap_equals_sequential(name):
     extra = OVERRIDES.get(name, {})
     seq_state, seq = _run({"algorithm": name, "engine": "sequential", **extra})
     vm_state, vm = _run({"algorithm": name, "engine": "vmap", **extra})
-    assert vm.fallback is None
+    assert vm.engine.name == "vmap"
     assert _max_diff(seq_state, vm_state) < 1e-5
     assert set(seq.store) == set(vm.store)
     for cid in seq.store:
@@ -69,19 +70,19 @@ def test_vmap_equals_sequential(name):
 def test_batchnorm_model_falls_back_with_a_notice(capsys):
     overrides = {"model": "resnet20", "model.norm": "batch", "clients_per_round": 2}
     base = {k: v for k, v in BASE.items() if k != "model.hidden"}
-    built = prepare(make_config({**base, **overrides, "engine": "vmap"}))
+    fed, engine = build_rounds(make_config({**base, **overrides, "engine": "vmap"}))
     assert "BatchNorm" in capsys.readouterr().err
-    engine, algo, task = built["engine"], built["algorithm"], built["task"]
-    _, metrics = engine.run_round(algo.server_init(*task.init()), 0, 0.1, 2)
+    _, metrics = engine.run_round(fed.algorithm.server_init(*fed.task.init()), 0, 0.1, 2)
     assert metrics["participants"] == 2 and np.isfinite(metrics["train_loss"])
 
 
 def test_vmap_runs_end_to_end_from_the_cli(tmp_path):
     from fedretain.cli import main
-    from fedretain.experiments.results import read_jsonl
+    from fedretain.files import read_jsonl
 
     args = [f"{k}={v}" for k, v in BASE.items() if k != "model.hidden"] + ["model.hidden=[16]"]
-    assert main(["run", *args, "engine=vmap", "rounds=2", "--out", str(tmp_path / "v")]) == 0
+    vmap = ["engine=vmap", "engine.chunk=2"]
+    assert main(["run", *args, *vmap, "rounds=2", "--out", str(tmp_path / "v")]) == 0
     assert main(["run", *args, "rounds=2", "--out", str(tmp_path / "s")]) == 0
     v = read_jsonl(tmp_path / "v" / "metrics.jsonl")
     s = read_jsonl(tmp_path / "s" / "metrics.jsonl")
@@ -92,9 +93,9 @@ def test_vmap_runs_end_to_end_from_the_cli(tmp_path):
 
 @pytest.mark.parametrize("name", ["fedavg", "scaffold"])
 def test_compiled_vmap_equals_sequential(name):
-    """``vmap_compile=true`` (TorchInductor) changes speed, not results."""
+    """``engine.compile=true`` (TorchInductor) changes speed, not results."""
     seq_state, _ = _run({"algorithm": name, "engine": "sequential"}, rounds=2)
-    vm_state, _ = _run({"algorithm": name, "engine": "vmap", "vmap_compile": True}, rounds=2)
+    vm_state, _ = _run({"algorithm": name, "engine": "vmap", "engine.compile": True}, rounds=2)
     assert _max_diff(seq_state, vm_state) < 1e-5
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedretain.cli import main
-from fedretain.experiments.results import read_jsonl
+from fedretain.files import read_jsonl
 
 FAST = [
     "dataset=digits",

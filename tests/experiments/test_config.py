@@ -1,7 +1,7 @@
 import pytest
 
 from fedretain.errors import ConfigError
-from fedretain.experiments.config import (
+from fedretain.recipe.config import (
     Config,
     load_config,
     make_config,

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from fedretain.experiments.results import atomic_write_text, write_json
+from fedretain.files import atomic_write_text, write_json
 
 
 def test_crash_during_replace_keeps_old_file_and_no_temp(tmp_path, monkeypatch):

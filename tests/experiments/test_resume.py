@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,14 +15,14 @@ import torch
 
 from fedretain.algorithms import ALGORITHMS, build_algorithm
 from fedretain.data.base import Dataset
-from fedretain.engines.base import DivergenceError
+from fedretain.engines.round import DivergenceError, Rounds
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.engines.vmap import VmapEngine
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from fedretain.experiments.config import make_config
-from fedretain.experiments.results import read_jsonl
-from fedretain.experiments.runner import run_experiment
+from fedretain.experiments.run import run_experiment
+from fedretain.files import read_jsonl
+from fedretain.recipe.config import make_config
 from tests.tiny import TINY_PARTS, run_rounds, tiny_engine
 
 DIGITS = {
@@ -100,12 +101,12 @@ def test_resume_accepts_a_checkpoint_older_than_a_new_key_at_its_default(tmp_pat
     run_experiment(make_config({**DIGITS, "rounds": 1}), tmp_path, progress=False)
     meta_path = tmp_path / "checkpoint" / "meta.json"
     meta = json.loads(meta_path.read_text())
-    del meta["fingerprint"]["client_store_dtype"]  # as written before the key existed
+    del meta["fingerprint"]["store.dtype"]  # as written before the key existed
     meta_path.write_text(json.dumps(meta))
     run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path, progress=False, resume=True)
-    with pytest.raises(ConfigError, match=r"cannot resume.*client_store_dtype"):
+    with pytest.raises(ConfigError, match=r"cannot resume.*store\.dtype"):
         run_experiment(
-            make_config({**DIGITS, "rounds": 3, "client_store_dtype": "float16"}),
+            make_config({**DIGITS, "rounds": 3, "store.dtype": "float16"}),
             tmp_path,
             resume=True,
         )
@@ -155,6 +156,44 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path):
     assert _without_seconds(killed / "metrics.jsonl") == _without_seconds(full / "metrics.jsonl")
 
 
+def _kill_at_round(cmd: list[str], out: Path, env: dict, rnd: int) -> None:
+    """Start ``cmd`` and SIGKILL it once ``out/metrics.jsonl`` shows round ``rnd``."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if read_jsonl(out / "metrics.jsonl")[-1]["round"] >= rnd:
+                break
+        except (OSError, ValueError, IndexError):
+            pass
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_sigkill_before_the_first_checkpoint_then_resume_starts_over(tmp_path):
+    """A run killed before its first checkpoint (checkpoint_every=10, killed at round 3) is
+    started over by --resume, which says so, and ends with the uninterrupted run's metrics."""
+    args = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in DIGITS.items()]
+    args += ["rounds=12", "local_epochs=4", "checkpoint_every=10", "algorithm=scaffold"]
+    args += ["store=disk"]  # a killed run leaves client states behind: they must not be reused
+    cli = [sys.executable, "-m", "fedretain.cli", "run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = tmp_path / "killed"
+    _kill_at_round([*cli, *args, "--out", str(killed)], killed, env, 3)
+    assert not (killed / "checkpoint").exists() and not (killed / "summary.json").exists()
+    assert any((killed / "client_state").iterdir())
+    resumed = subprocess.run(
+        [*cli, "--resume", str(killed)], env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "no checkpoint yet; starting over from round 0" in resumed.stderr
+    full = tmp_path / "full"
+    subprocess.run([*cli, *args, "--out", str(full)], env=env, check=True, capture_output=True)
+    assert _without_seconds(killed / "metrics.jsonl") == _without_seconds(full / "metrics.jsonl")
+
+
 def test_divergence_stops_and_keeps_results(tmp_path):
     cfg = make_config({**DIGITS, "algorithm": "fedavg", "rounds": 3, "lr": 1e30})
     with pytest.raises(DivergenceError, match=r"client .*lower lr"):
@@ -168,12 +207,15 @@ def test_divergence_stops_and_keeps_results(tmp_path):
 @pytest.mark.parametrize("vectorised", [False, True])
 def test_divergence_skip_drops_only_the_bad_client(vectorised):
     seq = tiny_engine(build_algorithm("fedavg"))
-    ds = seq.dataset
+    ds = seq.clients.dataset
     x = ds.x_train.clone()
     x[1:] = float("inf")  # client 1's data makes its update NaN
     data = Dataset("tiny", x, ds.y_train, x, ds.y_train, num_classes=1)
-    engine = (VmapEngine if vectorised else SequentialEngine)(
-        seq.algorithm, seq.task, data, TINY_PARTS, seq.local, seed=0
+    engine = Rounds(
+        seq.algorithm,
+        seq.task,
+        replace(seq.clients, dataset=data),
+        VmapEngine(seq.task) if vectorised else SequentialEngine(),
     )
     with pytest.raises(DivergenceError, match="client 1"):
         run_rounds(engine, 1)

@@ -17,10 +17,13 @@ from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedretain.core.tree import Tree
-from fedretain.experiments.config import make_config
-from fedretain.experiments.runner import prepare
-from fedretain.flower.client import ROUND, make_client_app
+from fedretain.engines.round import Rounds
+from fedretain.experiments.run import build_rounds
+from fedretain.flower.client import make_client_app
 from fedretain.flower.federation import Federation, connected
+from fedretain.flower.protocol import ROUND
+from fedretain.recipe.config import make_config
+from fedretain.recipe.federation import Federation as Recipe
 from tests.engines.test_vmap_conformance import _max_diff
 
 # 4 clients of ragged size (FedProx's synthetic data, Dirichlet 0.5), 3 per round. The data
@@ -47,34 +50,43 @@ def config(**overrides: object):
     return make_config({**BASE, **{k.replace("__", "."): v for k, v in overrides.items()}})
 
 
+def build(cfg, federation: Federation | None = None) -> tuple[Recipe, Rounds]:
+    """The federation of ``cfg`` and its rounds (on ``federation``'s nodes for engine=flower)."""
+    if federation is None:
+        return build_rounds(cfg)
+    with connected(federation):
+        return build_rounds(cfg)
+
+
 def run_rounds(
     cfg,
     rounds: int = 2,
     federation: Federation | None = None,
     drop: dict[int, set[int]] | None = None,
-) -> tuple[Tree, object]:
+) -> tuple[Tree, Rounds]:
     """``rounds`` rounds of ``cfg`` (on ``federation`` for engine=flower); ``drop[r]``: clients
-    left out of round ``r`` (the reference for lost replies). Returns (server state, engine)."""
-    if federation is not None:
-        with connected(federation):
-            built = prepare(cfg)
-    else:
-        built = prepare(cfg)
-    engine, algorithm, task = built["engine"], built["algorithm"], built["task"]
-    state = algorithm.server_init(*task.init())
-    for rnd in range(rounds):
-        clients = built["participation"].clients(rnd)
-        clients = [c for c in clients if c not in (drop or {}).get(rnd, set())]
-        state, engine.last_metrics = engine.run_round(state, rnd, cfg.lr_at(rnd), clients=clients)
-    return state, engine
+    left out of round ``r`` (the reference for lost replies). Returns (server state, rounds);
+    ``rounds.last_metrics`` are the last round's metrics."""
+    fed, runner = build(cfg, federation)
+    state = fed.algorithm.server_init(*fed.task.init())
+    try:
+        for rnd in range(rounds):
+            clients = fed.participation.clients(rnd)
+            clients = [c for c in clients if c not in (drop or {}).get(rnd, set())]
+            state, runner.last_metrics = runner.run_round(
+                state, rnd, cfg.lr_at(rnd), clients=clients
+            )
+    finally:
+        runner.engine.close()  # nothing to stop on a given federation
+    return state, runner
 
 
 def max_diff(a: Tree, b: Tree) -> float:
     return _max_diff(a, b)
 
 
-def client_states(engine: object) -> dict[int, Tree]:
-    return dict(engine.store.items())
+def client_states(rounds: Rounds) -> dict[int, Tree]:
+    return dict(rounds.store.items())
 
 
 class InlineGrid(Grid):

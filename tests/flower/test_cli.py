@@ -9,7 +9,7 @@ import tomllib
 import pytest
 
 from fedretain.cli import main
-from fedretain.experiments.results import read_jsonl
+from fedretain.files import read_jsonl
 from fedretain.flower.__main__ import main as flower_main
 from fedretain.flower.processes import alive, descendants
 from tests.flower.helpers import BASE
@@ -33,14 +33,15 @@ def test_run_engine_flower_starts_and_stops_its_own_simulation(tmp_path, capsys)
         assert a["test_loss"] == pytest.approx(b["test_loss"], abs=1e-5)
     summary = json.loads((tmp_path / "fl" / "summary.json").read_text())
     assert summary["lost_replies"] == 0 and summary["rounds"] == 2
-    assert tomllib.loads((tmp_path / "fl" / "config.toml").read_text())["engine"] == "flower"
+    written = tomllib.loads((tmp_path / "fl" / "config.toml").read_text())
+    assert written["engine"]["name"] == "flower"
 
 
 def test_bad_flower_settings_are_one_line_errors(tmp_path, capsys):
     out = str(tmp_path / "x")
-    assert main(["run", *ARGS, "engine=flower", "flower_client_cpus=0", "--out", out]) == 2
+    assert main(["run", *ARGS, "engine=flower", "engine.client_cpus=0", "--out", out]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: flower_client_cpus must be > 0, got 0.0"
+    assert err == "error: engine.client_cpus must be > 0, got 0.0"
     assert main(["run", *ARGS, "engine=flow", "--out", out]) == 2
     assert "did you mean 'flower'" in capsys.readouterr().err
 
@@ -55,4 +56,4 @@ def test_app_folder_is_a_valid_flower_app(tmp_path, capsys):
     run_config = config["tool"]["flwr"]["app"]["config"]
     assert run_config["out"] == str(out)
     settings = tomllib.loads(run_config["config"])
-    assert settings["engine"] == "flower" and settings["algorithm"] == "mifa"
+    assert settings["engine"]["name"] == "flower" and settings["algorithm"] == "mifa"

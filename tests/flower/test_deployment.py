@@ -17,7 +17,7 @@ import pytest
 
 from fedretain.engines.schedule import sample_clients
 from fedretain.experiments.checkpoint import load_checkpoint
-from fedretain.experiments.runner import run_experiment
+from fedretain.experiments.run import run_experiment
 from fedretain.flower.deployment import LocalFederation
 from fedretain.flower.processes import alive, descendants
 from tests.flower.helpers import config, max_diff, run_rounds
@@ -56,9 +56,9 @@ def runs(tmp_path_factory):
         lossy.start()
         shared.start()
         # the run that waits for a dead node starts first: its wait overlaps the others' work
-        killed_cfg = killed_config(engine="flower", flower_reply_timeout=60.0)
+        killed_cfg = killed_config(engine="flower", engine__reply_timeout=60.0)
         process = lossy.submit(killed_cfg, out / "killed")
-        flower = dict(engine="flower", flower_reply_timeout=150.0)
+        flower = dict(engine="flower", engine__reply_timeout=150.0)
         submitted = {
             name: (shared, shared.submit(real(name, **flower), out / name))
             for name in ("fedavg", "scaffold")
@@ -98,7 +98,7 @@ def test_three_real_clients_equal_the_sequential_engine(runs, name, tmp_path):
 
 
 def test_a_client_killed_during_round_1_costs_its_reply_and_the_run_finishes(runs):
-    """The round waits flower_reply_timeout for the dead node, then completes with the other
+    """The round waits engine.reply_timeout for the dead node, then completes with the other
     client; the result equals the sequential engine's with that client left out of round 1."""
     out, submitted, record, watcher = runs
     fed, process = submitted["killed"]

@@ -8,14 +8,16 @@ messages, the records, the client-state commit rule and what a lost reply costs,
 import pytest
 import torch
 
-from fedretain.engines.base import DivergenceError
+from fedretain.engines.round import DivergenceError
 from fedretain.errors import ConfigError
 from fedretain.experiments.checkpoint import load_checkpoint
-from fedretain.experiments.results import read_jsonl
-from fedretain.experiments.runner import prepare, run_experiment
+from fedretain.experiments.run import run_experiment
+from fedretain.files import read_jsonl
+from fedretain.flower import check_options
 from fedretain.flower.federation import FederationError, connected
-from fedretain.flower.strategy import AlgorithmStrategy, check_options
+from fedretain.flower.strategy import AlgorithmStrategy
 from tests.flower.helpers import (
+    build,
     client_states,
     config,
     inline_federation,
@@ -37,7 +39,9 @@ def test_flower_rounds_equal_the_sequential_engine(name):
     for cid in clients:
         assert max_diff(ref_clients[cid], clients[cid]) == 0.0
     assert fl.ledger.summary()["lost_replies"] == 0
-    assert seq.ledger.state() == {k: v for k, v in fl.ledger.state().items() if k != "lost"}
+    assert {k: v for k, v in seq.ledger.state().items() if k != "lost"} == {
+        k: v for k, v in fl.ledger.state().items() if k != "lost"
+    }
     # one partition query per node, then one train message per sampled client and round
     assert [t for t, _ in grid.sent].count("query.partition") == 4
 
@@ -68,7 +72,7 @@ def test_a_reply_lost_on_the_way_times_out_and_the_client_rolls_back():
     ref, seq = run_rounds(config(algorithm="scaffold"), rounds=2, drop={0: {K}})
     federation, grid = inline_federation(4)
     grid.drop.add((0, K))
-    cfg = config(algorithm="scaffold", engine="flower", flower_reply_timeout=0.3)
+    cfg = config(algorithm="scaffold", engine="flower", engine__reply_timeout=0.3)
     state, fl = run_rounds(cfg, 2, federation)
     assert fl.last_metrics["lost_replies"] == 0.0 and fl.ledger.lost_replies == 1
     assert max_diff(ref, state) == 0.0
@@ -80,11 +84,10 @@ def test_a_reply_lost_on_the_way_times_out_and_the_client_rolls_back():
 def test_a_node_that_left_is_a_lost_reply_and_a_missing_partition_is_a_clear_error():
     federation, grid = inline_federation(4)
     cfg = config(algorithm="fedavg", engine="flower")
-    with connected(federation):
-        built = prepare(cfg)
-    engine, algo, task = built["engine"], built["algorithm"], built["task"]
+    fed, rounds = build(cfg, federation)
     grid.offline.add(K)
-    _, metrics = engine.run_round(algo.server_init(*task.init()), 0, 0.1, clients=[0, 1, K])
+    state = fed.algorithm.server_init(*fed.task.init())
+    _, metrics = rounds.run_round(state, 0, 0.1, clients=[0, 1, K])
     assert metrics["lost_replies"] == 1.0 and metrics["participants"] == 2.0
 
     federation, grid = inline_federation(4)
@@ -93,13 +96,13 @@ def test_a_node_that_left_is_a_lost_reply_and_a_missing_partition_is_a_clear_err
         connected(federation),
         pytest.raises(FederationError, match=r"no SuperNode holds partition\(s\) 2 after 1 s"),
     ):
-        prepare(config(engine="flower", flower_reply_timeout=1.0))
+        build(config(engine="flower", engine__reply_timeout=1.0))
 
 
 def test_nodes_of_another_federation_size_are_refused():
     federation, _ = inline_federation(5)  # num-partitions=5, the run has 4 clients
     with connected(federation), pytest.raises(FederationError, match="num-partitions=5"):
-        prepare(config(engine="flower"))
+        build(config(engine="flower"))
 
 
 @pytest.mark.parametrize("policy", ["stop", "skip"])
@@ -124,10 +127,10 @@ def test_divergence_follows_on_divergence_like_the_sequential_engine(policy):
     "overrides, message",
     [
         ({"device": "cuda"}, "engine=flower trains clients on the CPU"),
-        ({"flower_client_cpus": 0.0}, "flower_client_cpus must be > 0"),
-        ({"flower_reply_timeout": -1.0}, "flower_reply_timeout must be > 0"),
-        ({"client_store": "disk"}, "client_store=disk is not supported"),
-        ({"client_store_dtype": "float16"}, "client_store_dtype=float16 is not supported"),
+        ({"engine__client_cpus": 0.0}, "engine.client_cpus must be > 0"),
+        ({"engine__reply_timeout": -1.0}, "engine.reply_timeout must be > 0"),
+        ({"store": "disk"}, "store=disk is not supported"),
+        ({"store__dtype": "float16"}, "store.dtype=float16 is not supported"),
         ({"diagnostics": ["forgetting"]}, "engine=flower cannot run diagnostics"),
     ],
 )
@@ -138,8 +141,8 @@ def test_unsupported_settings_are_one_line_errors(overrides, message):
 
 
 def test_settings_are_checked_when_the_engine_is_built():
-    with pytest.raises(ConfigError, match="flower_client_cpus must be > 0"):
-        prepare(config(engine="flower", flower_client_cpus=0.0))
+    with pytest.raises(ConfigError, match=r"engine\.client_cpus must be > 0"):
+        build(config(engine="flower", engine__client_cpus=0.0))
 
 
 def test_checkpoint_and_resume_carry_the_client_states(tmp_path):

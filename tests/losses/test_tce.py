@@ -12,13 +12,13 @@ from torch.func import vmap
 from fedretain.algorithms import ALGORITHMS
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset, as_float
-from fedretain.engines.base import LocalSpec
+from fedretain.engines.round import Clients, LocalSpec, Rounds
 from fedretain.engines.sequential import SequentialEngine
-from fedretain.experiments.config import make_config
-from fedretain.experiments.runner import prepare
+from fedretain.experiments.run import build_rounds
 from fedretain.losses import LOSSES, get_loss
 from fedretain.losses.ce import ce
 from fedretain.losses.tce import tce
+from fedretain.recipe.config import make_config
 
 E = math.e
 
@@ -97,8 +97,9 @@ def test_training_batches_carry_the_clients_whole_label_set():
     ds = Dataset("toy", x, y, x, y, num_classes=6)
     parts = [np.array([0, 1, 2, 3, 4]), np.array([5, 6, 7, 8])]  # classes {0, 1, 2}, {3, 4}
     task = Task(torch.nn.Linear(3, 6), recording_tce, num_classes=6)
-    algo = ALGORITHMS["fedavg"].factory()
-    engine = SequentialEngine(algo, task, ds, parts, LocalSpec(batch_size=2), seed=0)
+    algo = ALGORITHMS.get("fedavg").factory()
+    clients = Clients(ds, parts, LocalSpec(batch_size=2), seed=0)
+    engine = Rounds(algo, task, clients, SequentialEngine())
     engine.run_round(algo.server_init(*task.init()), 0, 0.1, per_round=2)
     assert len(seen) == 3 + 2  # ceil(5/2) + ceil(4/2) batches
     client0 = [True, True, True, False, False, False]
@@ -126,15 +127,13 @@ TINY_RUN = {
 
 
 def _rounds(overrides: dict, rounds: int = 2):
-    built = prepare(make_config({**TINY_RUN, **overrides}))
-    engine, algo, task = built["engine"], built["algorithm"], built["task"]
-    state = algo.server_init(*task.init())
+    fed, engine = build_rounds(make_config({**TINY_RUN, **overrides}))
+    state = fed.algorithm.server_init(*fed.task.init())
     losses = []
     for rnd in range(rounds):
-        state, metrics = engine.run_round(
-            state, rnd, 0.1, clients=built["participation"].clients(rnd)
-        )
+        state, metrics = engine.run_round(state, rnd, 0.1, clients=fed.participation.clients(rnd))
         losses.append(metrics["train_loss"])
+    built = {"engine": engine, "algorithm": fed.algorithm, "task": fed.task, "dataset": fed.dataset}
     return state, losses, built
 
 
@@ -164,7 +163,7 @@ def test_tce_local_loss_differs_from_ce_and_evaluation_uses_full_softmax():
 
 def test_tce_vmap_equals_sequential():
     seq, _, _ = _rounds({"algorithm": "fedavg", "engine": "sequential"})
-    vm, _, built = _rounds({"algorithm": "fedavg", "engine": "vmap", "vmap_chunk": 2})
-    assert built["engine"].fallback is None
+    vm, _, built = _rounds({"algorithm": "fedavg", "engine": "vmap", "engine.chunk": 2})
+    assert built["engine"].engine.name == "vmap"
     for key in seq["x"]:
         torch.testing.assert_close(seq["x"][key], vm["x"][key], atol=1e-5, rtol=0)

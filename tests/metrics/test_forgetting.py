@@ -10,11 +10,11 @@ from torch import nn
 
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset
-from fedretain.experiments.config import make_config
-from fedretain.experiments.results import read_jsonl
-from fedretain.experiments.runner import run_experiment
+from fedretain.experiments.run import run_experiment
+from fedretain.files import read_jsonl
 from fedretain.losses import get_loss
 from fedretain.metrics.forgetting import Forgetting
+from fedretain.recipe.config import make_config
 
 # four 1-d points of two classes; client c holds point c
 X = torch.tensor([[1.0], [-1.0], [2.0], [-2.0]])
@@ -36,7 +36,7 @@ def _loss_acc(model, c):
 def test_loss_increase_and_f_matrix_by_hand():
     task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
     ds = Dataset("pts", X, Y, X, Y, num_classes=2)
-    diag = Forgetting(task, ds, PARTS, None, heatmap_rounds=[])
+    diag = Forgetting(task, ds, PARTS, None)
     g0 = _model(1.0, 0.0)  # classifies every point right
     first = diag.round(0, g0, {0: _model(1.0, 0.0), 1: _model(1.0, 0.0)})
     assert "loss_prev" not in first  # no previous round yet
@@ -108,7 +108,7 @@ def test_fisher_correlation_is_pearson_of_pseudo_and_previous_fishers():
 
     task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
     ds = Dataset("pts", X, Y, X, Y, num_classes=2)
-    diag = Forgetting(task, ds, PARTS, None, [], pseudo={"steps": 0})  # pseudo x = real x
+    diag = Forgetting(task, ds, PARTS, None, pseudo={"steps": 0})  # pseudo x = real x
     start, local = _model(0.5, 0.2), _model(1.5, -0.3)
     own, prev = np.array([0, 3]), np.array([1, 2])
     got = diag._fisher_corr(start, local, own, prev)
@@ -123,20 +123,20 @@ def test_fisher_correlation_is_pearson_of_pseudo_and_previous_fishers():
 def test_bad_diagnostics_are_refused():
     from fedretain.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="unknown diagnostics 'forgeting'"):
+    with pytest.raises(ConfigError, match="unknown diagnostic 'forgeting'"):
         make_config({"diagnostics": "forgeting"})
-    with pytest.raises(ConfigError, match="diagnostics_rounds"):
-        make_config({"diagnostics": "forgetting", "rounds": 5, "diagnostics_rounds": [9]})
-    with pytest.raises(ConfigError, match="diagnostics_reference needs diagnostics=forgetting"):
-        make_config({"diagnostics_reference": "fedavg"})
-    with pytest.raises(ConfigError, match="unknown diagnostics_reference 'fedavgg'"):
-        make_config({"diagnostics": "forgetting", "diagnostics_reference": "fedavgg"})
+    with pytest.raises(ConfigError, match=r"diagnostics\.rounds"):
+        make_config({"diagnostics": "forgetting", "rounds": 5, "diagnostics.rounds": [9]})
+    with pytest.raises(ConfigError, match=r"diagnostics\.reference set, but no diagnostics"):
+        make_config({"diagnostics.reference": "fedavg"})
+    with pytest.raises(ConfigError, match=r"unknown diagnostics\.reference 'fedavgg'"):
+        make_config({"diagnostics": "forgetting", "diagnostics.reference": "fedavgg"})
 
 
 def test_reference_trains_from_the_same_global_models_on_the_same_batches(tmp_path):
     # FedAvg against itself as reference: same start, clients and mini-batches -> same loss(t)
     run_experiment(
-        make_config({**DIGITS, "diagnostics_reference": "fedavg"}), tmp_path / "a", progress=False
+        make_config({**DIGITS, "diagnostics.reference": "fedavg"}), tmp_path / "a", progress=False
     )
     rows = read_jsonl(tmp_path / "a" / "forgetting.jsonl")
     assert all(r["loss_now_ref"] == pytest.approx(r["loss_now"], rel=1e-6) for r in rows[1:])
@@ -150,7 +150,7 @@ def test_reference_leaves_the_run_unchanged(tmp_path):
     fedprox = {**DIGITS, "algorithm": "fedprox", "algo.mu": 1.0}
     run_experiment(make_config(fedprox), tmp_path / "plain", progress=False)
     run_experiment(
-        make_config({**fedprox, "diagnostics_reference": "fedavg"}),
+        make_config({**fedprox, "diagnostics.reference": "fedavg"}),
         tmp_path / "ref",
         progress=False,
     )
@@ -173,10 +173,10 @@ def test_diagnostics_samples_caps_the_evaluated_samples_per_client():
     task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
     ds = Dataset("pts", X, Y, X, Y, num_classes=2)
     parts = [np.array([0, 1, 2, 3]), np.array([1, 2])]
-    diag = Forgetting(task, ds, parts, None, [], eval_samples=3)
+    diag = Forgetting(task, ds, parts, None, eval_samples=3)
     assert len(diag.eval_parts[0]) == 3 and set(diag.eval_parts[0]) <= {0, 1, 2, 3}
     assert diag.eval_parts[1].tolist() == [1, 2]  # small clients keep every sample
-    again = Forgetting(task, ds, parts, None, [], eval_samples=3)
+    again = Forgetting(task, ds, parts, None, eval_samples=3)
     assert again.eval_parts[0].tolist() == diag.eval_parts[0].tolist()  # seeded
     g = _model(1.0, 0.0)
     diag.round(0, g, {0: g, 1: g})

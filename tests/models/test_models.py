@@ -11,7 +11,8 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedretain.errors import ConfigError
-from fedretain.models import MODELS, ModelInfo, build_model, functional_method, model_params
+from fedretain.models import MODELS, build_model, functional_method, model_params
+from fedretain.registry import Entry
 
 MNIST = (1, 28, 28)
 CIFAR = (3, 32, 32)
@@ -86,10 +87,10 @@ def test_registry_names_and_infos():
         "mlp", "cnn", "cnn2", "cnn-fedavg", "lenet5", "vgg11", "resnet9", "resnet18", "resnet20"
     }  # fmt: skip
     for name, info in MODELS.items():
-        assert isinstance(info, ModelInfo)
+        assert isinstance(info, Entry)
         assert info.name == name
         assert info.description and "\n" not in info.description
-        assert callable(info.build)
+        assert callable(info.factory)
 
 
 def test_model_params():
@@ -216,12 +217,15 @@ def test_vmap_over_clients_equals_loop(case):
     assert logits.shape == (clients, BATCH, NUM_CLASSES)
     for k in range(clients):
         ref_grads, ref_logits = grad(objective, has_aux=True)(copies[k], xs[k], ys[k])
-        # float32: tolerances relative to each tensor's scale (observed error ~1e-6 of it;
-        # mixing up clients would give differences of order 1)
+        # float32: tolerances relative to each tensor's scale (mixing up clients would give
+        # differences of order 1). Typical errors are ~1e-6 of the scale, but a first conv's
+        # weight gradient sums 8,192 terms on 64x64 inputs that nearly cancel: on an AVX-512
+        # CPU (oneDNN's kernels, and torch's own) resnet20's came out 2.3e-3 off the float64
+        # value for one client, batched or not, against 1.6e-7 with ONEDNN_MAX_CPU_ISA=AVX2
         tol = 1e-4 * ref_logits.abs().max().item()
         torch.testing.assert_close(logits[k], ref_logits, rtol=1e-4, atol=tol)
         for n in base:
-            tol = 1e-3 * ref_grads[n].abs().max().item() + 1e-8
+            tol = 1e-2 * ref_grads[n].abs().max().item() + 1e-8
             torch.testing.assert_close(grads[n][k], ref_grads[n], rtol=1e-3, atol=tol, msg=n)
 
 

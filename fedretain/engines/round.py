@@ -1,0 +1,431 @@
+"""One round, written once: open it, let an engine train the round's clients, close it.
+
+- :func:`train_client` is one client's local training, a pure function of (downlink, client
+  state, client data, mini-batch plan, round info). The sequential engine, the Flower
+  ClientApp and the forgetting diagnostics' reference call it; the vectorised engine runs the
+  same algorithm functions under ``vmap``.
+- :class:`Rounds` opens a round (sampling, broadcast, downlink check), collects what the engine
+  returns (uplink check, finiteness and the divergence policy, ledger, client-state store,
+  uplinks stacked in the round's order) and closes it (``algorithm.aggregate``). An engine is
+  only the way it maps the round's clients to :class:`Trained` results: one after another,
+  stacked under ``vmap``, or over Flower's messages (see :class:`Engine`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.task import Batch, Task
+from fedretain.core.tree import Tree, finite_rows, leaves, tree_allfinite, tree_map
+from fedretain.data.base import Dataset, as_float
+from fedretain.engines.ledger import Ledger
+from fedretain.engines.schedule import batch_plan, sample_clients
+from fedretain.engines.store import ClientStore, MemoryStore
+from fedretain.errors import FedRetainError
+
+log = logging.getLogger("fedretain")
+CPU = torch.device("cpu")
+
+
+class DivergenceError(FedRetainError):
+    """NaN or Inf appeared in a client's update or in the global model."""
+
+
+def diverged(rnd: int, where: str) -> DivergenceError:
+    """The error for NaN/Inf found in ``where`` during round ``rnd`` (0-based)."""
+    hint = " (or on_divergence=skip to drop such updates)" if "client" in where else ""
+    return DivergenceError(
+        f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
+        f"lower lr (or lr_schedule), or check the data{hint}"
+    )
+
+
+@dataclass(frozen=True)
+class LocalSpec:
+    """How each client trains in a round."""
+
+    batch_size: int
+    epochs: int = 1
+    steps: int = 0  # > 0: exactly this many mini-batches instead of epochs
+
+
+@dataclass(frozen=True)
+class Clients:
+    """The federation's clients: each one's training samples (indices into ``dataset``), how
+    they train, the run's seed and the device their data goes to."""
+
+    dataset: Dataset
+    parts: list[np.ndarray]
+    local: LocalSpec
+    seed: int = 0
+    device: torch.device = CPU
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def size(self, cid: int) -> int:
+        return len(self.parts[cid])
+
+    def data(self, cid: int) -> Batch:
+        """The client's whole training data as one batch on the device."""
+        idx = torch.from_numpy(self.parts[cid])
+        y = self.dataset.y_train[idx].to(self.device)
+        label_mask = torch.zeros(self.dataset.num_classes, dtype=torch.bool, device=self.device)
+        if y.dtype.is_floating_point:  # regression targets: no label set
+            label_mask[:] = True
+        else:
+            label_mask[y] = True
+        return {
+            "x": as_float(self.dataset.x_train[idx].to(self.device)),
+            "y": y,
+            "w": torch.ones(len(idx), device=self.device),
+            "label_mask": label_mask,
+        }
+
+    def plan(self, cid: int, info: RoundInfo, algorithm: Algorithm) -> list[np.ndarray]:
+        """The client's seeded mini-batch indices for this round (the same on every engine)."""
+        return batch_plan(
+            self.size(cid),
+            self.local.batch_size,
+            self.seed,
+            info.round,
+            cid,
+            epochs=self.local.epochs,
+            steps=self.local.steps,
+            full_batch=algorithm.schedule == "full_batch",
+        )
+
+
+class ClientUpdate(NamedTuple):
+    """One client's round: what it sends, the state it keeps, its mean loss, its last step
+    state (the trained local model is ``final["params"]``, ``final["buffers"]``)."""
+
+    uplink: Tree
+    state: Tree
+    loss: Tensor
+    final: Tree
+
+
+def train_client(
+    algorithm: Algorithm,
+    task: Task,
+    downlink: Tree,
+    client_state: Tree,
+    data: Batch,
+    plan: list[np.ndarray],
+    info: RoundInfo,
+    cid: int,
+) -> ClientUpdate:
+    """Local training of one client: ``local_init``, one ``local_step`` per mini-batch of
+    ``plan``, ``local_final``. Pure: nothing outside its arguments is read or changed."""
+    ctx = ClientContext(task=task, info=info, client_id=cid, num_samples=len(data["y"]), data=data)
+    state = algorithm.local_init(downlink, client_state, ctx)
+    device = data["y"].device
+    losses = []
+    for idx in plan:
+        i = torch.from_numpy(idx).to(device)
+        batch = {"x": data["x"][i], "y": data["y"][i], "w": data["w"][i], "idx": i}
+        batch["label_mask"] = data["label_mask"]
+        state, metrics = algorithm.local_step(state, batch, ctx)
+        losses.append(metrics["loss"])
+    uplink, new_state = algorithm.local_final(state, client_state, ctx)
+    return ClientUpdate(uplink, new_state, torch.stack(losses).mean(), state)
+
+
+@dataclass
+class Trained:
+    """What an engine returns for some of a round's clients, in the round's order.
+
+    ``uplinks``, ``losses``, ``states`` and ``models`` are stacked on a leading axis, one row
+    per client of ``clients``. ``states`` is None when the clients keep their own states
+    (Flower: ``holds`` then says which clients hold one); ``models`` (``params``/``buffers``)
+    only when the round keeps local models. Clients that got the downlink but have no usable
+    update are in ``diverged`` (NaN/Inf, with the reason) or ``lost`` (no reply); clients no
+    message reached are in ``unreached``.
+    """
+
+    clients: list[int]
+    uplinks: Tree | None = None
+    losses: Tensor | None = None
+    states: Tree | None = None
+    models: Tree | None = None
+    holds: list[bool] | None = None
+    diverged: dict[int, str] = field(default_factory=dict)
+    lost: dict[int, str] = field(default_factory=dict)
+    unreached: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def one(cls, cid: int, update: ClientUpdate, keep_model: bool = False) -> Trained:
+        """One client's update as a stack of one (views, no copy)."""
+        models = local_model(update.final) if keep_model else None
+        return cls(
+            clients=[cid],
+            uplinks=tree_map(lambda v: v.unsqueeze(0), update.uplink),
+            losses=update.loss.reshape(1),
+            states=tree_map(lambda v: v.unsqueeze(0), update.state),
+            models=None if models is None else tree_map(lambda v: v.unsqueeze(0), models),
+        )
+
+
+class UplinkStack:
+    """The round's kept uplinks, in the round's order. A single result holding every client
+    is used as it is; otherwise rows are copied into one preallocated stack."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.count = 0
+        self.buffers: Tree | None = None
+        self.whole: Tree | None = None
+
+    def add(self, stacked: Tree, rows: list[int]) -> None:
+        n = stacked_rows(stacked)
+        if self.count == 0 and len(rows) == n == self.capacity:
+            self.whole, self.count = stacked, n
+            return
+        if self.buffers is None:
+            self.buffers = tree_map(lambda v: v.new_empty((self.capacity, *v.shape[1:])), stacked)
+        index = None if len(rows) == n else torch.tensor(rows, device=leaves(stacked)[0].device)
+        for buf, v in zip(leaves(self.buffers), leaves(stacked), strict=True):
+            buf[self.count : self.count + len(rows)].copy_(v if index is None else v[index])
+        self.count += len(rows)
+
+    def stacked(self) -> Tree | None:
+        if self.whole is not None:
+            return self.whole
+        if self.buffers is None or self.count == self.capacity:
+            return self.buffers
+        return tree_map(lambda buf: buf[: self.count], self.buffers)
+
+
+def stacked_rows(tree: Tree) -> int:
+    first = leaves(tree)
+    return int(first[0].shape[0]) if first else 0
+
+
+@dataclass
+class OpenRound:
+    """A round in progress: its info, the downlink, and what has been collected so far."""
+
+    info: RoundInfo
+    downlink: Tree
+    keep_models: bool
+    stack: UplinkStack
+    losses: list[float] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    lost: int = 0
+    models: dict[int, tuple[Tree, Tree]] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """How a round's clients are trained: ``train(rounds, open_round)`` yields
+    :class:`Trained` results covering the round's clients, in the round's order. Client
+    states come from ``rounds.client_state(cid, downlink)``. An engine may bring its own client
+    store (``store``, Flower's remote one) and may lose replies (``remote``)."""
+
+    name: str
+    store: ClientStore | None
+    remote: bool
+
+    def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]: ...
+
+    def close(self) -> None:
+        """Release what the engine started (Flower's simulation); the run calls it at its end."""
+
+
+EMPTY_ROUND = {"train_loss": float("nan"), "participants": 0.0, "skipped_clients": 0.0}
+
+
+class Rounds:
+    """Runs rounds of ``algorithm`` over ``clients`` with ``engine``; owns the client-state
+    store and the ledger. ``run_round`` is the whole round; ``open``/``collect``/``close`` are
+    its parts, for engines driven from outside (Flower's ``Strategy``)."""
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        task: Task,
+        clients: Clients,
+        engine: Engine,
+        store: ClientStore | None = None,
+        *,
+        on_divergence: str = "stop",
+    ) -> None:
+        self.algorithm = algorithm
+        self.task = task
+        self.clients = clients
+        self.engine = engine
+        # a store is a Mapping: an empty one is falsy, so test for None
+        own = engine.store if engine.store is not None else store
+        self.store = own if own is not None else MemoryStore()
+        self.store.device = clients.device
+        self.on_divergence = on_divergence  # "stop" raises, "skip" drops the client's update
+        self.ledger = Ledger()
+        self.keep_local_models = False  # diagnostics: keep the round's trained local models
+        self.local_models: dict[int, tuple[Tree, Tree]] = {}
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients)
+
+    @property
+    def device(self) -> torch.device:
+        return self.clients.device
+
+    def client_state(self, cid: int, downlink: Tree) -> Tree:
+        """The client's persistent state, initialised at its first participation."""
+        if cid in self.store:
+            return self.store[cid]
+        return self.algorithm.client_init(downlink["x"])
+
+    def run_round(
+        self,
+        server_state: Tree,
+        rnd: int,
+        lr: float,
+        per_round: int = 0,
+        clients: np.ndarray | None = None,
+    ) -> tuple[Tree, dict[str, float]]:
+        """One round with ``clients`` (default: ``per_round`` drawn uniformly)."""
+        opened = self.open(server_state, rnd, lr, per_round, clients)
+        if opened is None:  # nobody reachable: the global model stays
+            return server_state, self.empty_metrics()
+        for trained in self.engine.train(self, opened):
+            self.collect(opened, trained)
+        return self.close(server_state, opened)
+
+    def empty_metrics(self) -> dict[str, float]:
+        return {**EMPTY_ROUND, "lost_replies": 0.0} if self.engine.remote else dict(EMPTY_ROUND)
+
+    def open(
+        self,
+        server_state: Tree,
+        rnd: int,
+        lr: float,
+        per_round: int = 0,
+        clients: np.ndarray | None = None,
+    ) -> OpenRound | None:
+        """Sample (unless ``clients`` are given) and broadcast; None when nobody takes part."""
+        self.local_models = {}
+        if clients is None:
+            clients = sample_clients(self.num_clients, per_round, self.clients.seed, rnd)
+        if len(clients) == 0:
+            return None
+        info = RoundInfo(
+            round=rnd,
+            num_clients=self.num_clients,
+            clients=tuple(int(c) for c in clients),
+            lr=lr,
+            seed=self.clients.seed,
+        )
+        downlink = self.algorithm.broadcast(server_state, info)
+        self.check_payload(downlink, self.algorithm.downlink_keys, "downlink")
+        return OpenRound(info, downlink, self.keep_local_models, UplinkStack(len(info.clients)))
+
+    def collect(self, rnd: OpenRound, trained: Trained) -> None:
+        """Account for one engine result: ledger, divergence policy, store, stack."""
+        info, algo = rnd.info, self.algorithm
+        for cid in [*trained.clients, *trained.diverged, *trained.lost]:
+            self.ledger.record(cid, "down", rnd.downlink)
+        for cid, why in sorted({**trained.lost, **trained.unreached}.items()):
+            self.ledger.record_lost(cid)
+            rnd.lost += 1
+            log.warning("round %d: lost the reply of client %d: %s", info.round + 1, cid, why)
+        for why in trained.diverged.values():
+            if self.on_divergence != "skip":
+                raise DivergenceError(why)
+        if not trained.clients:
+            return
+        assert trained.uplinks is not None and trained.losses is not None
+        self.check_payload(trained.uplinks, algo.uplink_keys, "uplink")
+        # one finiteness check and one host transfer per result, not per client
+        finite = finite_rows({"loss": trained.losses, **trained.uplinks}, len(trained.clients))
+        finite, losses = finite.tolist(), trained.losses.tolist()
+        rows = []
+        for k, cid in enumerate(trained.clients):
+            if not finite[k]:
+                if self.on_divergence != "skip":
+                    raise diverged(info.round, f"the update of client {cid}")
+                continue
+            self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], trained.uplinks))
+            if trained.states is not None:
+                state = tree_map(lambda v, k=k: v[k], trained.states)
+                if state:
+                    self.store.put(cid, state)
+            elif trained.holds is not None:
+                self.store.reported(cid, trained.holds[k])  # type: ignore[attr-defined]
+            if rnd.keep_models:
+                if trained.models is None:
+                    raise FedRetainError(
+                        f"{algo.name} keeps no 'params' in its local state, which forgetting "
+                        "diagnostics read; run it without diagnostics"
+                    )
+                model = tree_map(lambda v, k=k: v[k], trained.models)
+                rnd.models[cid] = (model["params"], model["buffers"])
+            rows.append(k)
+            rnd.kept.append(cid)
+            rnd.losses.append(losses[k])
+        if rows:
+            rnd.stack.add(trained.uplinks, rows)
+
+    def close(self, server_state: Tree, rnd: OpenRound) -> tuple[Tree, dict[str, float]]:
+        """Aggregate the kept clients' stacked uplinks (in the round's order) into the server."""
+        info, kept = rnd.info, rnd.kept
+        self.local_models = rnd.models
+        metrics = {
+            "skipped_clients": float(len(info.clients) - len(kept)),
+            "participants": float(len(kept)),
+        }
+        if self.engine.remote:
+            metrics["lost_replies"] = float(rnd.lost)
+        stacked = rnd.stack.stacked()
+        if stacked is None or not kept:  # every update was dropped: the global model stays
+            return server_state, {**metrics, "train_loss": float("nan")}
+        if len(kept) < len(info.clients):
+            info = replace(info, clients=tuple(kept))
+        weights = torch.tensor(
+            [self.clients.size(c) for c in kept], dtype=torch.float32, device=self.device
+        )
+        server_state, agg = self.algorithm.aggregate(server_state, stacked, weights, info)
+        if not tree_allfinite(server_state["x"]):
+            raise diverged(info.round, "the global model after aggregation")
+        metrics["train_loss"] = float(np.mean(rnd.losses))
+        metrics.update({k: float(v) for k, v in agg.items()})
+        return server_state, metrics
+
+    def check_payload(self, payload: Tree, declared: tuple[str, ...], what: str) -> None:
+        if tuple(payload) != declared:
+            raise RuntimeError(
+                f"{self.algorithm.name} sent {what} keys {tuple(payload)}, declared {declared}"
+            )
+
+
+def local_model(final: Tree) -> Tree | None:
+    """The trained local model (``params``, ``buffers``) of a final step state, if it has one."""
+    if "params" not in final:
+        return None
+    return {"params": final["params"], "buffers": final.get("buffers", {})}
+
+
+__all__ = [
+    "EMPTY_ROUND",
+    "ClientUpdate",
+    "Clients",
+    "DivergenceError",
+    "Engine",
+    "LocalSpec",
+    "OpenRound",
+    "Rounds",
+    "Trained",
+    "UplinkStack",
+    "diverged",
+    "local_model",
+    "train_client",
+]

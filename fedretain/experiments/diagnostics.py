@@ -1,0 +1,155 @@
+"""Diagnostics: observers of a run, chosen by name (``diagnostics=forgetting``).
+
+An observer is built as ``factory(run, **params)`` (``diagnostics.<param>=value``) and is told
+of each round; it writes its own files into the results folder and adds a part to the
+summary. A new diagnostic is one class with the methods of :class:`Observer` in a new file and
+one line in ``DIAGNOSTICS`` below. ``needs_local_models`` asks the engine to keep each round's
+locally trained models (``run.rounds.local_models``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from fedretain.core.algorithm import RoundInfo
+from fedretain.core.tree import Tree
+from fedretain.engines.round import train_client
+from fedretain.errors import ConfigError, unknown_choice
+from fedretain.files import read_jsonl, write_jsonl
+from fedretain.metrics.forgetting import Forgetting
+from fedretain.recipe.config import Config
+from fedretain.recipe.federation import local_optimizer
+from fedretain.registry import Registry, kind
+
+if TYPE_CHECKING:
+    from fedretain.experiments.run import Run
+
+
+class Observer(Protocol):
+    needs_local_models: bool
+
+    def before_round(self, rnd: int, clients: list[int]) -> None: ...
+
+    def after_round(self, rnd: int) -> None: ...
+
+    def resume(self, done: int) -> None:
+        """The run continues after round ``done``: drop what was recorded after it."""
+
+    def finish(self) -> dict[str, Any]:
+        """Draw the plots; the summary's part."""
+
+
+class ForgettingObserver:
+    """Loss increase on earlier clients, Fisher correlation and F_ki
+    (:mod:`fedretain.metrics.forgetting`), one line per round in ``forgetting.jsonl``.
+
+    ``rounds``: rounds (1-based) with an F_ki heat map (default: the last); ``reference``: an
+    algorithm whose local models are also trained from the run's global model of each round, on
+    the same clients and mini-batches (FedReg App. B.3's paired comparison); nothing of it
+    reaches the run (own client states, torch RNG restored); ``samples``: at most this many
+    samples per client for the losses and F_ki (0: all).
+    """
+
+    needs_local_models = True
+
+    def __init__(self, run: Run, rounds: tuple = (), reference: str = "", samples: int = 0) -> None:
+        fed = run.fed
+        self.run = run
+        self.path = run.out / "forgetting.jsonl"
+        self.heatmaps = set(rounds or [run.cfg.rounds])
+        self.reference = reference
+        self.measure = Forgetting(
+            fed.task,
+            fed.dataset,
+            fed.parts,
+            fed.val_parts,
+            run.cfg.eval_batch_size,
+            pseudo=fed.algorithm.pseudo_data,
+            seed=run.cfg.seed,
+            eval_samples=samples,
+        )
+        # the reference's own default hyper-parameters: cfg.algo belongs to the run's algorithm
+        self.ref_algorithm = (
+            kind("algorithm").build(reference, opt=local_optimizer(run.cfg)) if reference else None
+        )
+        self.ref_states: dict[int, Tree] = {}
+        self.start_model: tuple[Tree, Tree] | None = None
+
+    def before_round(self, rnd: int, clients: list[int]) -> None:
+        self.start_model = self.run.fed.algorithm.global_model(self.run.server_state)
+
+    def after_round(self, rnd: int) -> None:
+        assert self.start_model is not None
+        local = self.run.rounds.local_models
+        ref = self.reference_models(rnd, list(local)) if self.ref_algorithm else None
+        self.measure.round(rnd, self.start_model, local, ref)
+        write_jsonl(self.path, self.measure.records)
+
+    def reference_models(self, rnd: int, clients: list[int]) -> dict[int, tuple[Tree, Tree]]:
+        """The reference algorithm's local models from this round's start model."""
+        algo, fed, info_lr = self.ref_algorithm, self.run.fed, self.run.cfg.lr_at(rnd)
+        assert algo is not None and self.start_model is not None
+        cuda = fed.device.type == "cuda"
+        rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else []
+        info = RoundInfo(rnd, len(fed.clients), tuple(clients), info_lr, fed.clients.seed)
+        downlink = algo.broadcast(algo.server_init(*self.start_model), info)
+        models = {}
+        for cid in clients:
+            state = self.ref_states.get(cid) or algo.client_init(downlink["x"])
+            data, plan = fed.clients.data(cid), fed.clients.plan(cid, info, algo)
+            update = train_client(algo, fed.task, downlink, state, data, plan, info, cid)
+            if update.state:
+                self.ref_states[cid] = update.state
+            models[cid] = (update.final["params"], update.final.get("buffers", {}))
+        torch.set_rng_state(rng[0])
+        if cuda:
+            torch.cuda.set_rng_state_all(rng[1])
+        return models
+
+    def resume(self, done: int) -> None:
+        if not self.path.exists():
+            return
+        kept = [r for r in read_jsonl(self.path) if r["round"] <= done]
+        self.measure.records = kept
+        self.measure.prev_clients = kept[-1]["clients"] if kept else []
+        write_jsonl(self.path, kept)
+
+    def finish(self) -> dict[str, Any]:
+        from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
+
+        out, label = self.run.out, self.run.cfg.label
+        rows = [r for r in self.measure.records if "loss_prev_mean" in r]
+        if rows:
+            plot_loss_increase(
+                rows, out / "forgetting.png", title=f"{label}: forgetting", reference=self.reference
+            )
+        for r in self.measure.records:
+            if r["round"] in self.heatmaps:
+                plot_forgetting_heatmap(
+                    r, out / f"forgetting-{r['round']}.png", title=f"{label}, round {r['round']}"
+                )
+        return {"forgetting": self.measure.summary()}
+
+
+def check_forgetting(cfg: Config) -> None:
+    params = cfg.diagnostics_params
+    reference = params.get("reference", "")
+    if reference and reference not in kind("algorithm"):
+        raise ConfigError(unknown_choice("diagnostics.reference", reference, kind("algorithm")))
+    for r in params.get("rounds", []):
+        if not isinstance(r, int) or not 1 <= r <= cfg.rounds:
+            raise ConfigError(f"diagnostics.rounds must be rounds in 1..{cfg.rounds}, got {r!r}")
+    if params.get("samples", 0) < 0:
+        raise ConfigError(f"diagnostics.samples must be >= 0, got {params['samples']}")
+
+
+DIAGNOSTICS = Registry("diagnostic", internal=("run",))
+DIAGNOSTICS.add(
+    "forgetting",
+    ForgettingObserver,
+    "loss increase on earlier clients, Fisher correlation, F_ki heat maps (rounds, reference, "
+    "samples)",
+    check=check_forgetting,
+)

@@ -1,0 +1,307 @@
+"""Run one experiment from a :class:`~fedretain.recipe.config.Config` and write its results
+folder.
+
+The folder (the results contract later tools read):
+
+- ``config.toml``: the fully resolved configuration;
+- ``metrics.jsonl``: one JSON object per evaluated round (``round``, ``test_accuracy``,
+  ``test_loss``, ``train_loss``, ``lr``, cumulative ``bytes_up``/``bytes_down``, ``seconds``
+  of wall time and, on engines that can lose replies, ``lost_replies``); round 0 is the
+  initial model;
+- ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
+  ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
+- ``accuracy.png``: the accuracy curve;
+- ``checkpoint/``: the state to continue from (every ``checkpoint_every`` rounds and at the end).
+
+Every file is written atomically. :func:`run_experiment` is the whole run; :class:`Run` holds
+its parts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedretain.core.tree import Tree, tree_bytes, tree_numel
+from fedretain.engines.round import DivergenceError, Rounds
+from fedretain.experiments.checkpoint import (
+    Checkpoint,
+    fingerprint,
+    load_for_resume,
+    save_checkpoint,
+)
+from fedretain.files import write_json, write_jsonl, write_toml
+from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
+from fedretain.recipe.config import Config, resolved
+from fedretain.recipe.federation import Federation, build_federation, make_store
+from fedretain.registry import kind
+
+
+def run_experiment(
+    cfg: Config, out: str | Path, progress: bool | None = None, resume: bool = False
+) -> dict[str, Any]:
+    """Run ``cfg`` and write its results folder ``out``; returns the summary.
+
+    With ``resume``, continue from the checkpoint in ``out``: the metrics come out identical
+    to those of an uninterrupted run (apart from ``seconds``). A run killed before its first
+    checkpoint starts over from round 0.
+    """
+    run = Run(cfg, out)
+    run.start(resume)
+    bar = Progress(cfg.label, cfg.rounds, progress) if progress is not False else nullcontext()
+    try:
+        with bar:
+            for rnd in range(run.done, cfg.rounds):
+                metrics = run.round(rnd)
+                if run.done % cfg.eval_every == 0 or run.done == cfg.rounds:
+                    run.evaluate(metrics)
+                if cfg.checkpoint_every and (
+                    run.done % cfg.checkpoint_every == 0 or run.done == cfg.rounds
+                ):
+                    run.checkpoint()
+                if isinstance(bar, Progress):
+                    bar.update(run.done, run.records[-1]["test_accuracy"])
+    except DivergenceError as e:  # keep every result so far, say why the run stopped
+        run.finish(stopped=str(e))
+        raise
+    finally:
+        run.engine.close()
+    return run.finish()
+
+
+def build_rounds(cfg: Config, out: Path | None = None) -> tuple[Federation, Rounds]:
+    """The federation of ``cfg`` and its rounds on the config's engine, without a results
+    folder (a disk store needs ``out``); for tests, benchmarks and notebooks."""
+    fed = build_federation(cfg)
+    engine = kind("engine").build(cfg.engine, cfg.engine_params, fed)
+    rounds = Rounds(
+        fed.algorithm,
+        fed.task,
+        fed.clients,
+        engine,
+        make_store(cfg, out),
+        on_divergence=cfg.on_divergence,
+    )
+    return fed, rounds
+
+
+class Run:
+    """One experiment: its federation, engine and rounds, observers and results folder."""
+
+    def __init__(self, cfg: Config, out: str | Path) -> None:
+        self.cfg = cfg
+        self.out = Path(out)
+        self.fed = build_federation(cfg)
+        self.engine = kind("engine").build(cfg.engine, cfg.engine_params, self.fed)
+        self.observers = [
+            kind("diagnostic").build(name, self._params_of(name), self) for name in cfg.diagnostics
+        ]
+        self.server_state: Tree = {}
+        self.rounds: Rounds  # made by start(): a fresh run clears an old disk store first
+        self.records: list[dict[str, Any]] = []
+        self.done = 0  # rounds completed
+        self.pending = {"skipped_clients": 0.0, "lost_replies": 0.0}  # since the last record
+        self.elapsed0 = 0.0  # wall seconds before this process (resumed runs)
+        self.started = time.perf_counter()
+
+    def _params_of(self, diagnostic: str) -> dict[str, Any]:
+        own = kind("diagnostic").params(diagnostic)
+        return {k: v for k, v in self.cfg.diagnostics_params.items() if k in own}
+
+    def start(self, resume: bool = False) -> None:
+        """A fresh run, or the checkpoint's state (a run that never wrote one starts over)."""
+        cfg, fed = self.cfg, self.fed
+        ckpt = load_for_resume(self.out, cfg, fed.device) if resume else None
+        if resume and ckpt is None:
+            print(
+                f"note: {self.out} has no checkpoint yet; starting over from round 0",
+                file=sys.stderr,
+            )
+        if ckpt is None:
+            shutil.rmtree(self.out / "client_state", ignore_errors=True)
+        self.rounds = Rounds(
+            fed.algorithm,
+            fed.task,
+            fed.clients,
+            self.engine,
+            make_store(cfg, self.out),
+            on_divergence=cfg.on_divergence,
+        )
+        self.rounds.keep_local_models = any(o.needs_local_models for o in self.observers)
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_toml(self.out / "config.toml", resolved(cfg))
+        if ckpt is None:
+            self.server_state = fed.algorithm.server_init(*fed.task.init())
+            self.evaluate({"train_loss": None})
+            return
+        self.server_state = ckpt.server
+        ckpt.restore_clients(self.rounds.store)
+        self.rounds.ledger.load_state(ckpt.ledger)
+        self.records, self.done, self.elapsed0 = ckpt.records, ckpt.round, ckpt.elapsed
+        torch.set_rng_state(ckpt.torch_rng)
+        if ckpt.cuda_rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(ckpt.cuda_rng)
+        write_jsonl(self.out / "metrics.jsonl", self.records)
+        for observer in self.observers:
+            observer.resume(self.done)
+
+    def round(self, rnd: int) -> dict[str, float]:
+        """Round ``rnd`` (0-based) with the participation model's clients."""
+        clients = self.fed.participation.clients(rnd)
+        for observer in self.observers:
+            observer.before_round(rnd, clients.tolist())
+        self.server_state, metrics = self.rounds.run_round(
+            self.server_state, rnd, self.cfg.lr_at(rnd), clients=clients
+        )
+        self.done = rnd + 1
+        for observer in self.observers:
+            observer.after_round(rnd)
+        for key in self.pending:
+            self.pending[key] += metrics.get(key, 0.0)
+        return metrics
+
+    def evaluate(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Test the global model; append the record to ``metrics.jsonl``."""
+        cfg, fed = self.cfg, self.fed
+        p, b = fed.algorithm.global_model(self.server_state)
+        acc, loss = fed.task.evaluate(
+            p, b, fed.dataset.x_test, fed.dataset.y_test, cfg.eval_batch_size
+        )
+        train_loss = metrics.get("train_loss")
+        ledger = self.rounds.ledger
+        record = {
+            "round": self.done,
+            "test_accuracy": acc,
+            "test_loss": loss,
+            "train_loss": train_loss if train_loss == train_loss else None,  # NaN: no client
+            "lr": cfg.lr_at(max(self.done - 1, 0)),
+            "participants": int(metrics.get("participants", 0.0)),
+            "skipped_clients": self.pending["skipped_clients"],
+            "bytes_up": ledger.bytes_up,
+            "bytes_down": ledger.bytes_down,
+            "seconds": self.elapsed(),
+        }
+        if self.engine.remote:
+            record["lost_replies"] = int(self.pending["lost_replies"])
+        self.pending = dict.fromkeys(self.pending, 0.0)
+        self.records.append(record)
+        write_jsonl(self.out / "metrics.jsonl", self.records)
+        return record
+
+    def elapsed(self) -> float:
+        return self.elapsed0 + time.perf_counter() - self.started
+
+    def checkpoint(self) -> None:
+        cuda = self.fed.device.type == "cuda"
+        save_checkpoint(
+            self.out,
+            Checkpoint(
+                round=self.done,
+                server=self.server_state,
+                clients=self.rounds.store,
+                ledger=self.rounds.ledger.state(),
+                records=self.records,
+                elapsed=self.elapsed(),
+                torch_rng=torch.get_rng_state(),
+                cuda_rng=torch.cuda.get_rng_state_all() if cuda else [],
+                fingerprint=fingerprint(self.cfg),
+            ),
+        )
+
+    def finish(self, stopped: str = "") -> dict[str, Any]:
+        """Write ``summary.json`` and the plots; returns the summary."""
+        from fedretain.experiments.plots import plot_curves  # matplotlib: only where a run ends
+
+        cfg = self.cfg
+        summary = self.summary()
+        if stopped:
+            summary["stopped"] = stopped
+        else:
+            for observer in self.observers:
+                summary.update(observer.finish())
+        write_json(self.out / "summary.json", summary)
+        title = f"{cfg.label} (stopped)" if stopped else f"{cfg.label} on {cfg.dataset}"
+        plot_curves([(cfg.label, self.records)], self.out / "accuracy.png", title=title)
+        return summary
+
+    def summary(self) -> dict[str, Any]:
+        cfg, state, final = self.cfg, self.server_state, self.records[-1]
+        sizes = [len(p) for p in self.fed.parts]
+        return {
+            "name": cfg.label,
+            "algorithm": cfg.algorithm,
+            "engine": self.engine.name,
+            "final_accuracy": final["test_accuracy"],
+            "final_loss": final["test_loss"],
+            "top_accuracy": top_accuracy(self.records),
+            "rounds": self.done,
+            "rounds_to": rounds_to_targets(self.records, cfg.targets),
+            "wall_seconds": final["seconds"],
+            "num_params": tree_numel(state["x"]),
+            "clients": len(sizes),
+            "client_samples": {
+                "min": int(min(sizes)),
+                "median": float(np.median(sizes)),
+                "max": int(max(sizes)),
+            },
+            "clients_with_state": len(self.rounds.store),
+            "skipped_updates": int(sum(r.get("skipped_clients", 0) for r in self.records)),
+            "server_state_bytes": {
+                k: tree_bytes(v) if isinstance(v, dict) else tree_bytes({k: v})
+                for k, v in state.items()
+            },
+            **self.rounds.ledger.summary(),
+        }
+
+
+class Progress:
+    """A progress bar (round, accuracy, ETA) on a terminal; silent otherwise."""
+
+    def __init__(self, label: str, total: int, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = None
+        if self.enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self.bar = RichProgress(
+                TextColumn(f"[bold]{label}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("acc {task.fields[acc]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self.task = self.bar.add_task(label, total=total, acc="-")
+
+    def __enter__(self) -> Progress:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def update(self, rnd: int, acc: float | None) -> None:
+        if self.bar is not None:
+            fields = {"acc": f"{acc:.4f}"} if acc is not None else {}
+            self.bar.update(self.task, completed=rnd, **fields)
+
+
+__all__ = ["Progress", "Run", "build_rounds", "run_experiment"]

@@ -1,0 +1,356 @@
+"""The experiment configuration: typed, validated, written back fully resolved.
+
+Sources, later ones winning: the defaults below, a TOML file (``--config exp.toml``), and
+``key=value`` overrides from the command line. Keys with a dot address the parameters of a
+named component: ``partition.alpha``, ``dataset.split``, ``model.hidden``, ``algo.mu``. In a
+TOML file these are tables (``[partition]`` with ``name = "dirichlet"`` and ``alpha = 0.1``,
+``[algo]`` with ``mu = 0.01``); ``partition = "dirichlet"`` alone also works.
+
+Every error names the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedretain.errors import ConfigError, unknown_choice
+from fedretain.registry import coerce, kind
+
+ON_DIVERGENCE = ("stop", "skip")
+
+
+@dataclass
+class Config:
+    """Every setting of a run. ``fedretain run --help`` and README.md describe them.
+
+    A named component (``algorithm``, ``dataset``, ``partition``, ``model``, ``participation``,
+    ``optimizer``, ``loss``, ``engine``, ``store``, ``diagnostics``) takes its parameters as
+    ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for the algorithm);
+    :data:`COMPONENTS` maps each prefix to its fields and its registry.
+    """
+
+    name: str = ""  # label in reports; defaults to the algorithm name
+    algorithm: str = "fedavg"
+    dataset: str = "fashion-mnist"
+    data_dir: str = ""  # empty: the dataset's default folder
+    partition: str = "iid"
+    val_fraction: float = 0.0  # per-client validation split (TCE uses 0.1)
+    clients: int = 100
+    clients_per_round: int = 10
+    participation: str = "uniform"  # or "bernoulli": client i reachable with probability p_i
+    rounds: int = 20
+    local_epochs: int = 1
+    local_steps: int = 0  # > 0: this many local mini-batch steps instead of local_epochs
+    batch_size: int = 10
+    lr: float = 0.05
+    lr_schedule: str = ""  # "0=0.01, 1000=0.1": lr from each round on (0-based)
+    optimizer: str = "sgd"  # the local optimiser (optimizer.momentum, optimizer.weight_decay)
+    model: str = "cnn"
+    loss: str = "ce"
+    seed: int = 0
+    eval_every: int = 1
+    eval_batch_size: int = 1000
+    targets: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9])
+    engine: str = "sequential"  # "vmap": clients trained together; "flower": Flower clients
+    device: str = "cpu"
+    threads: int = 0  # torch CPU threads; 0 keeps torch's default
+    checkpoint_every: int = 10  # rounds between checkpoints (0: none); `run --resume` continues
+    on_divergence: str = "stop"  # NaN/Inf in a client's update: "stop" the run or "skip" it
+    store: str = "memory"  # per-client state in RAM, or "disk": DIR/client_state/
+    diagnostics: list[str] = field(default_factory=list)  # ["forgetting"]: DIR/forgetting.jsonl
+    algo: dict[str, Any] = field(default_factory=dict)
+    dataset_params: dict[str, Any] = field(default_factory=dict)
+    partition_params: dict[str, Any] = field(default_factory=dict)
+    model_params: dict[str, Any] = field(default_factory=dict)
+    participation_params: dict[str, Any] = field(default_factory=dict)
+    optimizer_params: dict[str, Any] = field(default_factory=dict)
+    engine_params: dict[str, Any] = field(default_factory=dict)
+    store_params: dict[str, Any] = field(default_factory=dict)
+    diagnostics_params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.name or self.algorithm
+
+    def lr_at(self, rnd: int) -> float:
+        """The local learning rate of round ``rnd`` (0-based)."""
+        lr = self.lr
+        for start, value in parse_lr_schedule(self.lr_schedule):
+            if rnd >= start:
+                lr = value
+        return lr
+
+
+@dataclass(frozen=True)
+class Component:
+    """A named component of the config: the field holding its name (a list for
+    ``diagnostics``), the field holding its parameters, and its registry's kind."""
+
+    name_field: str
+    params_field: str
+    kind: str
+
+
+# config prefix -> component; ``algo.mu`` sets ``Config.algo["mu"]`` of ``Config.algorithm``
+COMPONENTS = {
+    "algo": Component("algorithm", "algo", "algorithm"),
+    "dataset": Component("dataset", "dataset_params", "dataset"),
+    "partition": Component("partition", "partition_params", "partition"),
+    "model": Component("model", "model_params", "model"),
+    "participation": Component("participation", "participation_params", "participation"),
+    "optimizer": Component("optimizer", "optimizer_params", "optimizer"),
+    "engine": Component("engine", "engine_params", "engine"),
+    "store": Component("store", "store_params", "store"),
+    "diagnostics": Component("diagnostics", "diagnostics_params", "diagnostic"),
+}
+_PARAM_FIELDS = {c.params_field for c in COMPONENTS.values()}
+_FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name not in _PARAM_FIELDS}
+# keys of earlier versions -> their names now (old TOML files and checkpoints)
+RENAMED = {
+    "vmap_chunk": "engine.chunk",
+    "vmap_compile": "engine.compile",
+    "flower_client_cpus": "engine.client_cpus",
+    "flower_reply_timeout": "engine.reply_timeout",
+    "client_store": "store",
+    "client_store_dtype": "store.dtype",
+    "diagnostics_rounds": "diagnostics.rounds",
+    "diagnostics_reference": "diagnostics.reference",
+    "diagnostics_samples": "diagnostics.samples",
+    "momentum": "optimizer.momentum",
+    "weight_decay": "optimizer.weight_decay",
+}
+
+
+def parse_lr_schedule(text: str) -> list[tuple[int, float]]:
+    """``"0=0.01, 1000=0.1"`` -> ``[(0, 0.01), (1000, 0.1)]``, sorted by round."""
+    if not text.strip():
+        return []
+    out = []
+    for item in text.replace(";", ",").split(","):
+        if not item.strip():
+            continue
+        try:
+            start, value = item.split("=")
+            out.append((int(start), float(value)))
+        except ValueError:
+            raise ConfigError(
+                f"lr_schedule: cannot read '{item.strip()}'; write ROUND=LR pairs, "
+                "e.g. lr_schedule='0=0.01, 1000=0.1'"
+            ) from None
+    for start, value in out:
+        if start < 0 or not value > 0:
+            raise ConfigError(f"lr_schedule: need ROUND >= 0 and LR > 0, got {start}={value}")
+    return sorted(out)
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as TOML would read it (numbers, booleans, lists), else a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _unknown_key(key: str, valid: list[str]) -> ConfigError:
+    if key in RENAMED:
+        return ConfigError(f"key '{key}' is now '{RENAMED[key]}'; write {RENAMED[key]}=...")
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"unknown key '{key}'{hint}; valid keys: {', '.join(sorted(valid))}")
+
+
+def flat_settings(data: dict[str, Any]) -> dict[str, Any]:
+    """TOML tables to dotted keys; a component table's ``name`` becomes the component. Keys of
+    earlier versions (:data:`RENAMED`) take their new names; those that only applied to a
+    component the file did not choose (``vmap_chunk`` of a sequential run) are dropped."""
+    flat: dict[str, Any] = {}
+    renamed = []
+    for key, value in data.items():
+        if key in RENAMED:
+            renamed.append(RENAMED[key])
+        key = RENAMED.get(key, key)
+        if isinstance(value, dict):
+            if key not in COMPONENTS:
+                raise _unknown_key(key, list(_FIELDS) + [f"[{g}]" for g in COMPONENTS])
+            for sub, v in value.items():
+                if sub == "name" and key != "algo":
+                    flat[key] = v
+                else:
+                    flat[f"{key}.{sub}"] = v
+        else:
+            flat[key] = value
+    for key in renamed:
+        prefix, _, param = key.partition(".")
+        if param and not _applies(prefix, param, flat.get(prefix)):
+            del flat[key]
+    return flat
+
+
+def _applies(prefix: str, param: str, chosen: Any) -> bool:
+    """Whether ``prefix.param`` is a parameter of the chosen component(s) (or the default)."""
+    comp = COMPONENTS[prefix]
+    if chosen is None:
+        chosen = getattr(Config(), comp.name_field)
+    names = chosen if isinstance(chosen, list) else [chosen]
+    registry = kind(comp.kind)
+    return any(n in registry and param in registry.params(n) for n in names)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    try:
+        return flat_settings(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path} is not valid TOML: {e}") from None
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"cannot read '{item}': overrides are KEY=VALUE, e.g. rounds=50")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def make_config(values: dict[str, Any]) -> Config:
+    """Build and validate a :class:`Config` from flat (dotted) keys."""
+    cfg = Config()
+    valid = list(_FIELDS) + [f"{g}.<param>" for g in COMPONENTS]
+    for key, value in values.items():
+        group, dot, sub = key.partition(".")
+        if dot:
+            if group not in COMPONENTS or not sub:
+                raise _unknown_key(key, valid)
+            getattr(cfg, COMPONENTS[group].params_field)[sub] = value
+        elif key in _FIELDS:
+            setattr(cfg, key, coerce(key, value, getattr(Config(), key)))
+        else:
+            raise _unknown_key(key, valid)
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    values = load_toml(path) if path else {}
+    values.update(parse_overrides(overrides or []))
+    return make_config(values)
+
+
+def _positive(cfg: Config, *keys: str, minimum: float = 1) -> None:
+    for key in keys:
+        value = getattr(cfg, key)
+        if value < minimum:
+            raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+
+
+def component_names(cfg: Config, prefix: str) -> list[str]:
+    """The component(s) chosen for ``prefix`` (a list only for ``diagnostics``)."""
+    value = getattr(cfg, COMPONENTS[prefix].name_field)
+    return list(value) if isinstance(value, list) else [value]
+
+
+def component_params(cfg: Config, prefix: str) -> dict[str, Any]:
+    """The parameters of ``prefix``'s component(s) with every default filled in."""
+    registry = kind(COMPONENTS[prefix].kind)
+    defaults: dict[str, Any] = {}
+    for name in component_names(cfg, prefix):
+        defaults.update(registry.params(name))
+    return {**defaults, **getattr(cfg, COMPONENTS[prefix].params_field)}
+
+
+def validate(cfg: Config) -> None:
+    """Check every value: scalars here, each component's name and parameters against its
+    registry (one place: :mod:`fedretain.registry`), then what the algorithm requires."""
+    _positive(cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every")
+    _positive(cfg, "eval_batch_size", "local_epochs")
+    _positive(cfg, "local_steps", "seed", "threads", "checkpoint_every", minimum=0)
+    if cfg.clients_per_round > cfg.clients:
+        raise ConfigError(
+            f"clients_per_round ({cfg.clients_per_round}) cannot exceed clients ({cfg.clients})"
+        )
+    if not cfg.lr > 0:
+        raise ConfigError(f"lr must be > 0, got {cfg.lr}")
+    if not 0 <= cfg.val_fraction < 1:
+        raise ConfigError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
+    for t in cfg.targets:
+        if not isinstance(t, int | float) or not 0 < t <= 1:
+            raise ConfigError(f"targets must be accuracies in (0, 1], got {t!r}")
+    parse_lr_schedule(cfg.lr_schedule)
+    if cfg.on_divergence not in ON_DIVERGENCE:
+        raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
+    kind("loss").get(cfg.loss)
+    if not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
+        raise ConfigError(f"device must be cpu or cuda[:N], got {cfg.device!r}")
+    for prefix, comp in COMPONENTS.items():
+        registry = kind(comp.kind)
+        names = component_names(cfg, prefix)
+        defaults: dict[str, Any] = {}
+        for name in names:
+            registry.get(name)
+            defaults.update(registry.params(name))
+        given = getattr(cfg, comp.params_field)
+        if not names and given:
+            raise ConfigError(
+                f"{', '.join(f'{prefix}.{k}' for k in given)} set, but no {prefix} is chosen"
+            )
+        checked = {}
+        for key, value in given.items():
+            owner = next((n for n in names if key in registry.params(n)), names[0])
+            checked.update(registry.check(owner, {key: value}, prefix))
+        setattr(cfg, comp.params_field, checked)
+    for prefix, comp in COMPONENTS.items():  # what a component checks across the config
+        for name in component_names(cfg, prefix):
+            check = kind(comp.kind).get(name).meta.get("check")
+            if check is not None:
+                check(cfg)
+    requires = kind("algorithm").get(cfg.algorithm).meta.get("requires", {})
+    for key, (ok, why) in requires.items():
+        prefix, _, param = key.partition(".")
+        value = component_params(cfg, prefix)[param] if param else getattr(cfg, prefix)
+        if not ok(value):
+            raise ConfigError(f"{cfg.algorithm} with {key}={value}: {why}")
+    try:  # the participation model checks its parameters' ranges
+        kind("participation").build(cfg.participation, cfg.participation_params, 1, 1, 0)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def resolved(cfg: Config) -> dict[str, Any]:
+    """The full configuration as TOML-ready data, every default filled in."""
+
+    def full(params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: list(v) if isinstance(v, tuple) else v for k, v in params.items() if v is not None
+        }
+
+    out: dict[str, Any] = {k: getattr(cfg, k) for k in _FIELDS}
+    out["name"] = cfg.label
+    for prefix, comp in COMPONENTS.items():
+        params = full(component_params(cfg, prefix))
+        if prefix == "algo":
+            out["algo"] = params  # the algorithm's name is the top-level key ``algorithm``
+        else:
+            out[prefix] = {"name": getattr(cfg, comp.name_field), **params}
+    return out
+
+
+def config_from_text(text: str, **overrides: Any) -> Config:
+    """A :class:`Config` from the TOML text of a (resolved) configuration."""
+    try:
+        values = flat_settings(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"not a valid TOML configuration: {e}") from None
+    return make_config({**values, **overrides})

@@ -1,0 +1,132 @@
+"""The federation a configuration describes, built once: everything a run, a Flower
+client or a benchmark needs, and no engine.
+
+    fed = build_federation(load_config("exp.toml"))
+    fed.dataset, fed.clients.parts, fed.task, fed.algorithm, fed.participation.clients(0)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedretain.algorithms import build_algorithm
+from fedretain.core.algorithm import Algorithm
+from fedretain.core.optim import OPTIMIZERS, Optimizer
+from fedretain.core.task import Task
+from fedretain.data.base import Dataset
+from fedretain.data.datasets import load_dataset
+from fedretain.data.partition import make_partition, train_val_split
+from fedretain.engines.round import Clients, LocalSpec
+from fedretain.engines.schedule import PARTICIPATIONS, Participation
+from fedretain.engines.store import STORES, ClientStore
+from fedretain.errors import ConfigError, DataError
+from fedretain.losses import get_loss
+from fedretain.models import build_model
+from fedretain.recipe.config import Config
+
+
+@dataclass(frozen=True)
+class Federation:
+    """Data, clients, model and algorithm of one configuration."""
+
+    config: Config
+    dataset: Dataset
+    clients: Clients  # training samples per client, local plan, seed, device
+    val_parts: list[np.ndarray] | None  # per-client validation samples (val_fraction > 0)
+    task: Task
+    algorithm: Algorithm
+    participation: Participation
+
+    @property
+    def parts(self) -> list[np.ndarray]:
+        return self.clients.parts
+
+    @property
+    def device(self) -> torch.device:
+        return self.clients.device
+
+    def with_algorithm(self, algorithm: Algorithm) -> Federation:
+        return replace(self, algorithm=algorithm)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} asked for, but torch finds no CUDA GPU; use device=cpu")
+    return torch.device(name)
+
+
+def local_optimizer(cfg: Config) -> Optimizer:
+    """The config's local optimiser (``optimizer`` and ``optimizer.*``)."""
+    return OPTIMIZERS.build(cfg.optimizer, cfg.optimizer_params, prefix="optimizer")
+
+
+def make_clients(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
+    """The config's partition of the dataset's training samples over ``cfg.clients``."""
+    return make_partition(
+        cfg.partition,
+        dataset.train_labels,
+        cfg.clients,
+        cfg.seed,
+        groups=dataset.groups,
+        **cfg.partition_params,
+    )
+
+
+def make_store(cfg: Config, out: Path | None) -> ClientStore:
+    """The config's client-state store (a disk store lives in ``out/client_state``)."""
+    folder = out / "client_state" if out is not None else None
+    name = cfg.store if out is not None else "memory"
+    return STORES.build(name, cfg.store_params, folder, prefix="store")
+
+
+def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
+    """Load the data, split it over the clients, build the model, the loss and the algorithm.
+
+    ``data_dir`` overrides the config's (a Flower node may keep its data elsewhere).
+    """
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    dataset = load_dataset(cfg.dataset, data_dir or cfg.data_dir or None, **cfg.dataset_params)
+    parts = make_clients(cfg, dataset)
+    val_parts = None
+    if cfg.val_fraction > 0:
+        parts, val_parts = train_val_split(parts, cfg.val_fraction, cfg.seed)
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty:
+        raise DataError(
+            f"partition {cfg.partition} left {len(empty)} of {len(parts)} clients without "
+            f"training data (first: client {empty[0]}); use fewer clients or a partition "
+            "parameter that guarantees samples (e.g. partition.min_samples=1)"
+        )
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
+    task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
+    algorithm = build_algorithm(cfg.algorithm, opt=local_optimizer(cfg), **cfg.algo)
+    local = LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps)
+    participation = PARTICIPATIONS.build(
+        cfg.participation, cfg.participation_params, len(parts), cfg.clients_per_round, cfg.seed
+    )
+    return Federation(
+        config=cfg,
+        dataset=dataset,
+        clients=Clients(dataset, parts, local, cfg.seed, device),
+        val_parts=val_parts,
+        task=task,
+        algorithm=algorithm,
+        participation=participation,
+    )
+
+
+__all__ = [
+    "Federation",
+    "build_federation",
+    "local_optimizer",
+    "make_clients",
+    "make_store",
+    "resolve_device",
+]

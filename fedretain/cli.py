@@ -105,6 +105,8 @@ LISTS = {
     "models": "model",
     "losses": "loss",
     "optimizers": "optimizer",
+    "server-opts": "server_opt",
+    "aggregators": "aggregator",
     "participations": "participation",
     "engines": "engine",
     "stores": "store",

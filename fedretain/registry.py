@@ -39,6 +39,8 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "model": ("fedretain.models",),
     "loss": ("fedretain.losses",),
     "optimizer": ("fedretain.core.optim",),
+    "server_opt": ("fedretain.core.optim",),
+    "aggregator": ("fedretain.algorithms.aggregators",),
     "participation": ("fedretain.engines.schedule",),
     "engine": ("fedretain.engines", "fedretain.flower"),
     "store": ("fedretain.engines.store",),
@@ -119,6 +121,10 @@ class Registry:
             and p.default is not inspect.Parameter.empty
             and p.kind is not inspect.Parameter.VAR_KEYWORD
         }
+
+    def takes(self, name: str, keyword: str) -> bool:
+        """Whether component ``name``'s factory has the keyword argument ``keyword``."""
+        return keyword in inspect.signature(self.get(name).factory).parameters
 
     def params(self, name: str) -> dict[str, Any]:
         """The parameters of component ``name`` with their defaults (factory's, then common)."""

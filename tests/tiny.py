@@ -68,4 +68,7 @@ def train_one(engine: Rounds, cid: int, downlink: dict, info: RoundInfo) -> tupl
 
 
 def w(state: dict, key: str = "x") -> float:
-    return float(state[key]["weight"].reshape(()))
+    """The one weight in ``state[key]`` (``key`` may be a path: ``server_opt/b``)."""
+    for part in key.split("/"):
+        state = state[part]
+    return float(state["weight"].reshape(()))

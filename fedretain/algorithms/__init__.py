@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.algorithms.fedavgm import fedavgm
 from fedretain.algorithms.fedcurv import fedcurv
@@ -26,24 +27,57 @@ from fedretain.algorithms.moon import moon
 from fedretain.algorithms.scaffold import scaffold
 from fedretain.algorithms.sgd import sgd
 from fedretain.core.algorithm import Algorithm
-from fedretain.core.optim import Optimizer
+from fedretain.core.optim import Optimizer, ServerOptimizer
+from fedretain.errors import ConfigError
 from fedretain.registry import Registry
 
 # keyword arguments of factories that are plumbing, not hyper-parameters; an entry may declare
 # ``requires={"prefix.param": (predicate, why)}``: settings it cannot run without
-ALGORITHMS = Registry("algorithm", internal=("opt", "penalty", "correct"))
+# (``server_opt``/``aggregator`` in the signature: the algorithm's server step is a model update
+# that composes with them, :mod:`fedretain.algorithms.server`; ``server_step=why`` says why one
+# without them keeps its own)
+ALGORITHMS = Registry(
+    "algorithm", internal=("opt", "penalty", "correct", "server_opt", "aggregator")
+)
 _add = ALGORITHMS.add
 _add("sgd", sgd, "one full-batch local step per round (FedReg's reference)")
 _add("fedavg", fedavg, "local SGD, sample-weighted model averaging (McMahan 2017)")
-_add("fedavgm", fedavgm, "FedAvg with server heavy-ball momentum (Hsu 2019)")
+_add(
+    "fedavgm",
+    fedavgm,
+    "FedAvg with server heavy-ball momentum (Hsu 2019)",
+    server_step="it is fedavg with server_opt=sgd server_opt.momentum=beta",
+)
 _add("fedprox", fedprox, "FedAvg with a proximal term mu/2 |y - x|^2 (Li 2020)")
-_add("fedproxm", fedproxm, "FedProx clients with FedAvgM's server momentum")
-_add("mifa", mifa, "server averages every client's latest update (Gu 2021)")
-_add("mifam", mifam, "MIFA with server momentum")
-_add("gradma", gradma, "QP-corrected local steps and server momentum with memory (Luo 2023)")
-_add("gradma-w", gradma_w, "GradMA's worker side only, FedAvg server")
-_add("gradma-s", gradma_s, "GradMA's server side only, FedAvg workers")
-_add("scaffold", scaffold, "control variates against client drift, option II (Karimireddy 2020)")
+_add(
+    "fedproxm",
+    fedproxm,
+    "FedProx clients with FedAvgM's server momentum",
+    server_step="it is fedprox with server_opt=sgd server_opt.momentum=beta",
+)
+_MIFA = "its server averages a table of every client's latest update"
+_add("mifa", mifa, "server averages every client's latest update (Gu 2021)", server_step=_MIFA)
+_add("mifam", mifam, "MIFA with server momentum", server_step=_MIFA)
+_QP = "its server projects its momentum with GradMA's QP"
+_add(
+    "gradma",
+    gradma,
+    "QP-corrected local steps and server momentum with memory (Luo 2023)",
+    server_step=_QP,
+)
+_add(
+    "gradma-w",
+    gradma_w,
+    "GradMA's worker side only, FedAvg server",
+    server_step="its uplink is the update d, averaged as GradMA's server does",
+)
+_add("gradma-s", gradma_s, "GradMA's server side only, FedAvg workers", server_step=_QP)
+_add(
+    "scaffold",
+    scaffold,
+    "control variates against client drift, option II (Karimireddy 2020)",
+    server_step="its server step also moves the control variate c (server_lr is its eta_g)",
+)
 _add(
     "fedcurv",
     fedcurv,
@@ -56,7 +90,12 @@ _add(
         )
     },
 )
-_add("feddyn", feddyn, "dynamic regularisation with per-client state (Acar 2021)")
+_add(
+    "feddyn",
+    feddyn,
+    "dynamic regularisation with per-client state (Acar 2021)",
+    server_step="its server corrects the mean with its state h",
+)
 _add(
     "moon",
     moon,
@@ -79,6 +118,28 @@ def algorithm_params(name: str) -> dict[str, Any]:
     return ALGORITHMS.params(name)
 
 
-def build_algorithm(name: str, opt: Optimizer | None = None, **hparams: Any) -> Algorithm:
-    """Build a registered algorithm; unknown names and bad values give a one-line error."""
-    return ALGORITHMS.build(name, hparams, prefix="algo", opt=opt)
+def build_algorithm(
+    name: str,
+    opt: Optimizer | None = None,
+    *,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
+    **hparams: Any,
+) -> Algorithm:
+    """Build a registered algorithm; unknown names and bad values give a one-line error.
+    ``server_opt`` and ``aggregator`` go to algorithms whose server step takes them."""
+    server = {"server_opt": server_opt, "aggregator": aggregator}
+    supplied = {k: v for k, v in server.items() if v is not None}
+    check_server_side(name, list(supplied))
+    return ALGORITHMS.build(name, hparams, prefix="algo", opt=opt, **supplied)
+
+
+def check_server_side(name: str, keys: list[str]) -> None:
+    """Refuse ``server_opt`` / ``aggregator`` for an algorithm whose server step is its own."""
+    for key in keys:
+        if not ALGORITHMS.takes(name, key):
+            why = ALGORITHMS.get(name).meta.get("server_step", "its server step is its own")
+            raise ConfigError(
+                f"{name} takes no {key}: {why}; {key} composes with the algorithms whose "
+                "server step is a model update (fedavg, fedprox, fedreg, moon, fedcurv, ...)"
+            )

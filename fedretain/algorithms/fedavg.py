@@ -5,22 +5,24 @@ Networks from Decentralized Data", AISTATS 2017, arXiv:1602.05629.
 
 Payloads: downlink ``x`` (global parameters), ``buffers``; uplink ``y`` (the trained local
 parameters), ``buffers``. The server takes the sample-weighted mean of the ``y`` (``weighted
-= False``: the unweighted mean, as FedReg's code). Other algorithms reuse these functions by
-replacing fields of :func:`fedavg`.
+= False``: the unweighted mean, as FedReg's code); ``aggregator`` and ``server_opt`` replace
+the mean and the assignment ``x ← mean`` (:mod:`fedretain.algorithms.server`: FedAvgM,
+FedAdam, a median...). Other algorithms reuse these functions by replacing fields of
+:func:`fedavg`.
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
+from fedretain.algorithms.aggregators import Aggregator
+from fedretain.algorithms.server import ServerStep, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.local import Correct, Penalty, make_local_init, make_local_step
-from fedretain.core.optim import Optimizer, sgd
-from fedretain.core.tree import Tree, tree_weighted_mean
+from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.tree import Tree
 
-
-def server_init(params: Tree, buffers: Tree) -> Tree:
-    return {"x": params, "buffers": buffers}
+__all__ = ["broadcast_model", "fedavg", "mean_weights", "no_client_state", "upload_model"]
 
 
 def no_client_state(params: Tree) -> Tree:
@@ -35,35 +37,28 @@ def upload_model(state: Tree, client_state: Tree, ctx: ClientContext) -> tuple[T
     return {"y": state["params"], "buffers": state["buffers"]}, client_state
 
 
-def mean_weights(weights: Tensor, weighted: bool) -> Tensor:
-    """The averaging weights: sample counts, or all ones for the unweighted mean."""
-    return weights if weighted else weights.new_ones(weights.shape)
-
-
 def fedavg(
     *,
     weighted: bool = True,
     opt: Optimizer | None = None,
     penalty: Penalty | None = None,
     correct: Correct | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedAvg; ``penalty`` and ``correct`` are the local-training hooks others plug in."""
+    """FedAvg; ``penalty`` and ``correct`` are the local-training hooks others plug in,
+    ``server_opt`` and ``aggregator`` the server's."""
     opt = opt or sgd()
+    step = ServerStep(weighted, aggregator, server_opt)
 
     def aggregate(
         server_state: Tree, uplinks: Tree, weights: Tensor, info: RoundInfo
     ) -> tuple[Tree, dict]:
-        w = mean_weights(weights, weighted)
-        new = {
-            **server_state,
-            "x": tree_weighted_mean(uplinks["y"], w),
-            "buffers": tree_weighted_mean(uplinks["buffers"], w),
-        }
-        return new, {}
+        return step(server_state, {"y": uplinks["y"], "buffers": uplinks["buffers"]}, weights), {}
 
     return Algorithm(
         name="fedavg",
-        server_init=server_init,
+        server_init=step.init,
         client_init=no_client_state,
         broadcast=broadcast_model,
         local_init=make_local_init(opt),

@@ -49,17 +49,18 @@ import torch
 from torch import Tensor
 from torch.func import grad, vmap
 
-from fedretain.algorithms.fedavg import fedavg, mean_weights
+from fedretain.algorithms.aggregators import Aggregator
+from fedretain.algorithms.fedavg import fedavg
+from fedretain.algorithms.server import ServerStep
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.local import Penalty, make_local_init
-from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import (
     Tree,
     leaves,
     tree_map,
     tree_numel,
-    tree_weighted_mean,
     tree_zeros_like,
 )
 
@@ -128,6 +129,8 @@ def fedcurv(
     weighted: bool = True,
     fisher_chunk: int = 0,
     opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedCurv with penalty strength ``lambda_`` (``algo.lambda``)."""
     if not lambda_ >= 0:
@@ -139,9 +142,11 @@ def fedcurv(
     base = fedavg(weighted=weighted, opt=opt, penalty=curvature_penalty(lambda_))
     sent = ("du", "dv") if memory else ("u", "v")
 
+    step = ServerStep(weighted, aggregator, server_opt)  # the model part of the server
+
     def server_init(params: Tree, buffers: Tree) -> Tree:
         zeros = tree_zeros_like(params)
-        return {"x": params, "buffers": buffers, "U": zeros, "V": zeros}
+        return {**step.init(params, buffers), "U": zeros, "V": zeros}
 
     def client_init(params: Tree) -> Tree:
         if not memory:
@@ -178,20 +183,13 @@ def fedcurv(
     def aggregate(
         server_state: Tree, uplinks: Tree, weights: Tensor, info: RoundInfo
     ) -> tuple[Tree, dict]:
-        w = mean_weights(weights, weighted)
         su = tree_map(lambda d: d.sum(dim=0), uplinks[sent[0]])
         sv = tree_map(lambda d: d.sum(dim=0), uplinks[sent[1]])
         if memory:
             su = tree_map(torch.add, server_state["U"], su)
             sv = tree_map(torch.add, server_state["V"], sv)
-        new = {
-            **server_state,
-            "x": tree_weighted_mean(uplinks["y"], w),
-            "U": su,
-            "V": sv,
-            "buffers": tree_weighted_mean(uplinks["buffers"], w),
-        }
-        return new, {}
+        models = {"y": uplinks["y"], "buffers": uplinks["buffers"]}
+        return {**step(server_state, models, weights), "U": su, "V": sv}, {}
 
     return replace(
         base,

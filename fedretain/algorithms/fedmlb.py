@@ -41,10 +41,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, ClientContext
 from fedretain.core.local import advance
-from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree
 from fedretain.errors import ConfigError
@@ -186,6 +187,8 @@ def fedmlb(
     temperature: float = 1.0,
     weighted: bool = True,
     opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedMLB with loss weights ``lambda_*`` (all 1 in the paper) and KL temperature ``T``."""
     for key, value in (
@@ -198,7 +201,7 @@ def fedmlb(
     if not temperature > 0:
         raise ValueError(f"algo.temperature must be > 0, got {temperature}")
     opt = opt or sgd()
-    base = fedavg(weighted=weighted, opt=opt)
+    base = fedavg(weighted=weighted, opt=opt, server_opt=server_opt, aggregator=aggregator)
     weights = {
         "lambda_ce": lambda_ce,
         "lambda_hce": lambda_hce,

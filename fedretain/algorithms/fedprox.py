@@ -13,10 +13,11 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm
 from fedretain.core.local import Penalty
-from fedretain.core.optim import Optimizer
+from fedretain.core.optim import Optimizer, ServerOptimizer
 from fedretain.core.tree import Tree, leaves
 
 
@@ -33,9 +34,17 @@ def prox_penalty(mu: float) -> Penalty:
     return penalty
 
 
-def fedprox(*, mu: float = 0.01, weighted: bool = True, opt: Optimizer | None = None) -> Algorithm:
+def fedprox(
+    *,
+    mu: float = 0.01,
+    weighted: bool = True,
+    opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
+) -> Algorithm:
     """FedProx with proximal coefficient ``mu``."""
     if mu < 0:
         raise ValueError(f"algo.mu must be >= 0, got {mu}")
-    algo = fedavg(weighted=weighted, opt=opt, penalty=prox_penalty(mu))
+    server = {"server_opt": server_opt, "aggregator": aggregator}
+    algo = fedavg(weighted=weighted, opt=opt, penalty=prox_penalty(mu), **server)
     return replace(algo, name="fedprox", hparams={"mu": mu, "weighted": weighted})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavgm import fedavgm
 from fedretain.algorithms.fedprox import prox_penalty
 from fedretain.core.algorithm import Algorithm
@@ -23,6 +24,7 @@ def fedproxm(
     nesterov: bool = False,
     weighted: bool = True,
     opt: Optimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedProx local training with FedAvgM aggregation."""
     if mu < 0:
@@ -34,5 +36,6 @@ def fedproxm(
         weighted=weighted,
         opt=opt,
         penalty=prox_penalty(mu),
+        aggregator=aggregator,
     )
     return replace(algo, name="fedproxm", hparams={"mu": mu, **algo.hparams})

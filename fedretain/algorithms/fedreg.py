@@ -59,10 +59,11 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, ClientContext
 from fedretain.core.local import advance
-from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, tree_map, tree_sub, tree_vdot
 from fedretain.losses.ce import ce
@@ -221,6 +222,8 @@ def fedreg(
     clamp: bool = False,
     weighted: bool = False,
     opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedReg (``mg=True``: FedReg with MG); ``eta_p`` defaults to ``0.01 * eta_s``."""
     if not 0.0 <= gamma <= 1.0:
@@ -244,7 +247,7 @@ def fedreg(
             "optimizer.weight_decay=0"
         )
     sign = 1.0 if direction == "ascent" else -1.0
-    base = fedavg(weighted=weighted, opt=opt)
+    base = fedavg(weighted=weighted, opt=opt, server_opt=server_opt, aggregator=aggregator)
 
     def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
         # Algorithm D.1, line 4: pseudo and perturbed copies of all the client's data, once

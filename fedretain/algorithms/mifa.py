@@ -27,7 +27,8 @@ weighting by sample counts would need the counts of clients the server has not y
 
 Server state: ``x``, ``buffers``, the table (``G`` for mifa, ``D`` for mifam: the parameter
 tree with a leading client axis, ``{name: Tensor(N, *shape)}``), mifa's ``seen`` (bool
-``(N,)``, which clients have taken part) and mifam's ``m``. ``server_init`` does not know
+``(N,)``, which clients have taken part) and mifam's ``m`` (``server_opt["b"]``: the momentum
+of a server SGD step, :mod:`fedretain.algorithms.server`). ``server_init`` does not know
 ``N``, so it creates the table with a leading axis of size 0; the first ``aggregate`` grows it
 to ``N`` zero rows (``seen`` likewise) and its shape is fixed afterwards. The tree's structure
 never changes, so checkpoints round-trip before and after the first round.
@@ -45,16 +46,16 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from fedretain.algorithms.fedavg import fedavg, mean_weights
+from fedretain.algorithms.fedavg import fedavg
+from fedretain.algorithms.server import ServerStep, mean_weights
 from fedretain.core.algorithm import Algorithm, RoundInfo
-from fedretain.core.optim import Optimizer
+from fedretain.core.optim import Optimizer, server_sgd
 from fedretain.core.tree import (
     Tree,
     leaves,
     tree_map,
     tree_weighted_mean,
     tree_where,
-    tree_zeros_like,
 )
 
 
@@ -151,14 +152,12 @@ def mifam(*, beta: float = 0.9, server_lr: float = 1.0, opt: Optimizer | None = 
     """MIFA's memory with server momentum: ``m ← β m + (1/N) Σ_i d_i``, ``x ← x − η_g m``."""
     if not 0 <= beta < 1:
         raise ValueError(f"algo.beta must be in [0, 1), got {beta}")
+    if not server_lr > 0:
+        raise ValueError(f"algo.server_lr must be > 0, got {server_lr}")
+    step = ServerStep(False, opt=server_sgd(lr=server_lr, momentum=beta))  # m: server_opt["b"]
 
     def server_init(params: Tree, buffers: Tree) -> Tree:
-        return {
-            "x": params,
-            "buffers": buffers,
-            "D": empty_table(params),
-            "m": tree_zeros_like(params),
-        }
+        return {**step.init(params, buffers), "D": empty_table(params)}
 
     def aggregate(
         server_state: Tree, uplinks: Tree, weights: Tensor, info: RoundInfo
@@ -167,13 +166,12 @@ def mifam(*, beta: float = 0.9, server_lr: float = 1.0, opt: Optimizer | None = 
         table = sized_table(server_state["D"], info.num_clients)
         rows = tree_map(lambda y, x: x - y, uplinks["y"], x)
         table = write_rows(table, info.clients, rows)
-        m = tree_map(lambda m, d: beta * m + d.mean(dim=0), server_state["m"], table)
+        mean = tree_map(lambda d: d.mean(dim=0), table)
         new = {
             **server_state,
-            "x": tree_map(lambda x, m: x - server_lr * m, x, m),
+            **step.step(server_state, x, mean),
             "buffers": tree_weighted_mean(uplinks["buffers"], mean_weights(weights, False)),
             "D": table,
-            "m": m,
         }
         return new, {}
 

@@ -28,15 +28,22 @@ from dataclasses import replace
 
 from torch import Tensor
 
-from fedretain.algorithms.fedavg import fedavg, mean_weights
+from fedretain.algorithms.aggregators import Aggregator
+from fedretain.algorithms.fedavg import fedavg
+from fedretain.algorithms.server import ServerStep, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.local import make_local_step
-from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.tree import Tree, tree_map, tree_weighted_mean, tree_zeros_like
 
 
 def mimelite(
-    *, beta: float = 0.9, weighted: bool = False, opt: Optimizer | None = None
+    *,
+    beta: float = 0.9,
+    weighted: bool = False,
+    opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """MimeLite with server momentum ``beta``."""
     if not 0.0 <= beta < 1.0:
@@ -48,9 +55,10 @@ def mimelite(
             "optimizer.momentum=0, optimizer.weight_decay=0"
         )
     base = fedavg(opt=opt)
+    step = ServerStep(weighted, aggregator, server_opt)  # the model part of the server
 
     def server_init(params: Tree, buffers: Tree) -> Tree:
-        return {"x": params, "buffers": buffers, "m": tree_zeros_like(params)}
+        return {**step.init(params, buffers), "m": tree_zeros_like(params)}
 
     def broadcast(server_state: Tree, info: RoundInfo) -> Tree:
         return {k: server_state[k] for k in ("x", "m", "buffers")}
@@ -67,15 +75,10 @@ def mimelite(
     def aggregate(
         server_state: Tree, uplinks: Tree, weights: Tensor, info: RoundInfo
     ) -> tuple[Tree, dict]:
-        w = mean_weights(weights, weighted)
-        grad = tree_weighted_mean(uplinks["grad"], w)
-        new = {
-            **server_state,
-            "x": tree_weighted_mean(uplinks["y"], w),
-            "m": tree_map(lambda g, m: (1.0 - beta) * g + beta * m, grad, server_state["m"]),
-            "buffers": tree_weighted_mean(uplinks["buffers"], w),
-        }
-        return new, {}
+        grad = tree_weighted_mean(uplinks["grad"], mean_weights(weights, weighted))
+        new = step(server_state, {"y": uplinks["y"], "buffers": uplinks["buffers"]}, weights)
+        m = tree_map(lambda g, m: (1.0 - beta) * g + beta * m, grad, server_state["m"])
+        return {**new, "m": m}, {}
 
     return replace(
         base,

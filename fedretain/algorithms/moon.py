@@ -37,10 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, ClientContext
 from fedretain.core.local import advance
-from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree
 from fedretain.models import functional_method
@@ -79,7 +80,13 @@ def contrastive_loss(z: Tensor, z_glob: Tensor, z_prev: Tensor, tau: float) -> T
 
 
 def moon(
-    *, mu: float = 1.0, tau: float = 0.5, weighted: bool = True, opt: Optimizer | None = None
+    *,
+    mu: float = 1.0,
+    tau: float = 0.5,
+    weighted: bool = True,
+    opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """MOON with contrastive weight ``mu`` (μ) and temperature ``tau`` (τ)."""
     if not mu >= 0:
@@ -87,7 +94,7 @@ def moon(
     if not tau > 0:
         raise ValueError(f"algo.tau must be > 0, got {tau}")
     opt = opt or sgd()
-    base = fedavg(weighted=weighted, opt=opt)
+    base = fedavg(weighted=weighted, opt=opt, server_opt=server_opt, aggregator=aggregator)
 
     def client_init(params: Tree) -> Tree:
         # called with the received global model at the client's first participation

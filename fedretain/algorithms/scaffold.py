@@ -15,12 +15,13 @@ Payloads: downlink ``x``, ``c``, ``buffers``; uplink ``dy`` (= y − x), ``dc`` 
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
-from fedretain.algorithms.fedavg import mean_weights
+from fedretain.algorithms.server import ServerStep, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.local import make_local_init, make_local_step
-from fedretain.core.optim import Optimizer, sgd
+from fedretain.core.optim import Optimizer, server_sgd, sgd
 from fedretain.core.tree import Tree, tree_map, tree_weighted_mean, tree_zeros_like
 
 
@@ -38,8 +39,10 @@ def scaffold(
             "optimizer.weight_decay=0"
         )
 
+    step = ServerStep(weighted, opt=server_sgd(lr=server_lr))
+
     def server_init(params: Tree, buffers: Tree) -> Tree:
-        return {"x": params, "buffers": buffers, "c": tree_zeros_like(params)}
+        return {**step.init(params, buffers), "c": tree_zeros_like(params)}
 
     def client_init(params: Tree) -> Tree:
         return {"c_i": tree_zeros_like(params)}
@@ -70,9 +73,10 @@ def scaffold(
         w = mean_weights(weights, weighted)
         dy = tree_weighted_mean(uplinks["dy"], w)
         dc_sum = tree_map(lambda d: d.sum(dim=0), uplinks["dc"])
+        x = server_state["x"]  # x + η_g dy: a server SGD step on the pseudo-gradient −dy
         new = {
             **server_state,
-            "x": tree_map(lambda x, d: x + server_lr * d, server_state["x"], dy),
+            **step.step(server_state, x, tree_map(torch.neg, dy)),
             "c": tree_map(lambda c, d: c + d / info.num_clients, server_state["c"], dc_sum),
             "buffers": tree_weighted_mean(uplinks["buffers"], w),
         }

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm
-from fedretain.core.optim import Optimizer
+from fedretain.core.optim import Optimizer, ServerOptimizer
 
 
-def sgd(*, weighted: bool = True, opt: Optimizer | None = None) -> Algorithm:
+def sgd(
+    *,
+    weighted: bool = True,
+    opt: Optimizer | None = None,
+    server_opt: ServerOptimizer | None = None,
+    aggregator: Aggregator | None = None,
+) -> Algorithm:
     """FedAvg with a single full-batch local step per round."""
-    return replace(fedavg(weighted=weighted, opt=opt), name="sgd", schedule="full_batch")
+    algo = fedavg(weighted=weighted, opt=opt, server_opt=server_opt, aggregator=aggregator)
+    return replace(algo, name="sgd", schedule="full_batch")

@@ -92,3 +92,146 @@ def adam(
 OPTIMIZERS = Registry("optimizer")
 OPTIMIZERS.add("sgd", sgd, "SGD as torch.optim.SGD (momentum, weight decay, Nesterov)")
 OPTIMIZERS.add("adam", adam, "Adam as torch.optim.Adam (L2 weight decay)")
+
+
+# --------------------------------------------------------------------------------------------
+# server optimizers: the server's step on the round's pseudo-gradient g = x - agg(y)
+
+
+@dataclass(frozen=True)
+class ServerOptimizer:
+    """The server's optimiser (Reddi et al., "Adaptive Federated Optimization", ICLR 2021,
+    arXiv:2003.00295): ``init(x) -> state`` and ``step(g, state, x) -> (x, state)`` on the
+    pseudo-gradient ``g = x − agg(y)`` of a round (descent: FedAvg is SGD with ``lr = 1``)."""
+
+    name: str
+    init: Callable[[Tree], Tree]
+    step: Callable[[Tree, Tree, Tree], tuple[Tree, Tree]]
+    hparams: dict[str, float | bool] = field(default_factory=dict)
+
+    @property
+    def is_average(self) -> bool:
+        """``x ← agg(y)``: SGD with ``lr = 1`` and no momentum (taken exactly, not as
+        ``x − (x − agg)``)."""
+        h = self.hparams
+        return self.name == "sgd" and h["lr"] == 1.0 and not h["momentum"]
+
+
+def server_sgd(lr: float = 1.0, momentum: float = 0.0, nesterov: bool = False) -> ServerOptimizer:
+    """``b ← μ b + g``, ``x ← x − η b`` (FedAvgM, Hsu et al. 2019; ``momentum=0``: FedAvg with
+    server learning rate ``lr``)."""
+    if not lr > 0:
+        raise ValueError(f"server_opt.lr must be > 0, got {lr}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"server_opt.momentum must be in [0, 1), got {momentum}")
+    opt = sgd(momentum=momentum, nesterov=nesterov)
+
+    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
+        return opt.update(g, state, x, lr)
+
+    hparams = {"lr": lr, "momentum": momentum, "nesterov": nesterov}
+    return ServerOptimizer("sgd", opt.init, step, hparams)
+
+
+Tuple3 = tuple[Tree, Tree, Tensor]  # m, v, t
+
+
+def _adaptive(
+    name: str, second: Callable[[Tensor, Tensor], Tensor], lr: float, beta1: float, tau: float
+) -> tuple[Callable[[Tree], Tree], Callable[[Tree, Tree, Tree], Tuple3]]:
+    """The shared shape of FedAdagrad, FedAdam and FedYogi: ``m ← β1 m + (1 − β1) Δ``,
+    ``v ← second(v, Δ)``, ``x ← x + η_t m / (√v + τ)`` with ``Δ = −g = agg(y) − x``."""
+    if not lr > 0 or not tau > 0 or not 0 <= beta1 < 1:
+        raise ValueError(
+            f"{name} needs server_opt.lr > 0, server_opt.tau > 0 and 0 <= server_opt.beta1 < 1"
+        )
+
+    def init(x: Tree) -> Tree:
+        t = torch.zeros((), device=leaves(x)[0].device)
+        return {"m": tree_zeros_like(x), "v": tree_zeros_like(x), "t": t}
+
+    def step(g: Tree, state: Tree, x: Tree) -> Tuple3:
+        m = tree_map(lambda m, g: beta1 * m - (1 - beta1) * g, state["m"], g)
+        v = tree_map(second, state["v"], g)
+        return m, v, state["t"] + 1
+
+    return init, step
+
+
+def _apply(x: Tree, m: Tree, v: Tree, lr: float | Tensor, tau: float) -> Tree:
+    return tree_map(lambda x, m, v: x + lr * m / (torch.sqrt(v) + tau), x, m, v)
+
+
+def fedadam(
+    lr: float = 0.1,
+    beta1: float = 0.9,
+    beta2: float = 0.99,
+    tau: float = 1e-3,
+    bias_correction: bool = True,
+) -> ServerOptimizer:
+    """FedAdam: ``v ← β2 v + (1 − β2) Δ²``. With ``bias_correction`` the step is
+    ``η √(1 − β2^(t+1)) / (1 − β1^(t+1))`` at the t-th update, as Flower 1.41's ``FedAdam``
+    computes it; without, the paper's Algorithm 2 (``η``)."""
+    init, moments = _adaptive(
+        "fedadam", lambda v, g: beta2 * v + (1 - beta2) * g * g, lr, beta1, tau
+    )
+
+    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
+        m, v, t = moments(g, state, x)
+        eta = (
+            lr * torch.sqrt(1 - beta2 ** (t + 1)) / (1 - beta1 ** (t + 1))
+            if bias_correction
+            else lr
+        )
+        return _apply(x, m, v, eta, tau), {"m": m, "v": v, "t": t}
+
+    hparams = {
+        "lr": lr,
+        "beta1": beta1,
+        "beta2": beta2,
+        "tau": tau,
+        "bias_correction": bias_correction,
+    }
+    return ServerOptimizer("adam", init, step, {**hparams, "bias_correction": bias_correction})
+
+
+def fedyogi(
+    lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3
+) -> ServerOptimizer:
+    """FedYogi: ``v ← v − (1 − β2) Δ² sign(v − Δ²)``."""
+    init, moments = _adaptive(
+        "fedyogi",
+        lambda v, g: v - (1 - beta2) * g * g * torch.sign(v - g * g),
+        lr,
+        beta1,
+        tau,
+    )
+
+    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
+        m, v, t = moments(g, state, x)
+        return _apply(x, m, v, lr, tau), {"m": m, "v": v, "t": t}
+
+    return ServerOptimizer(
+        "yogi", init, step, {"lr": lr, "beta1": beta1, "beta2": beta2, "tau": tau}
+    )
+
+
+def fedadagrad(lr: float = 0.1, tau: float = 1e-3) -> ServerOptimizer:
+    """FedAdagrad: ``v ← v + Δ²``, ``m = Δ`` (β1 = 0, as the paper's Algorithm 2 and Flower)."""
+    init, moments = _adaptive("fedadagrad", lambda v, g: v + g * g, lr, 0.0, tau)
+
+    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
+        m, v, t = moments(g, state, x)
+        return _apply(x, m, v, lr, tau), {"m": m, "v": v, "t": t}
+
+    return ServerOptimizer("adagrad", init, step, {"lr": lr, "tau": tau})
+
+
+# the server optimizer of every algorithm whose server step is a model update
+# (``server_opt=adam server_opt.lr=0.01``); β1, β2 and τ as the paper fixes them, η as Flower
+# 1.41's defaults (the paper tunes η per task)
+SERVER_OPTIMIZERS = Registry("server_opt")
+SERVER_OPTIMIZERS.add("sgd", server_sgd, "x <- x - lr * b, b <- momentum * b + g (FedAvgM)")
+SERVER_OPTIMIZERS.add("adam", fedadam, "FedAdam (Reddi et al. 2021), Flower's bias correction")
+SERVER_OPTIMIZERS.add("yogi", fedyogi, "FedYogi (Reddi et al. 2021)")
+SERVER_OPTIMIZERS.add("adagrad", fedadagrad, "FedAdagrad (Reddi et al. 2021)")

@@ -29,7 +29,8 @@ class Config:
     """Every setting of a run. ``fedretain run --help`` and README.md describe them.
 
     A named component (``algorithm``, ``dataset``, ``partition``, ``model``, ``participation``,
-    ``optimizer``, ``loss``, ``engine``, ``store``, ``diagnostics``) takes its parameters as
+    ``optimizer``, ``server_opt``, ``aggregator``, ``loss``, ``engine``, ``store``,
+    ``diagnostics``; an empty name chooses none) takes its parameters as
     ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for the algorithm);
     :data:`COMPONENTS` maps each prefix to its fields and its registry.
     """
@@ -50,6 +51,8 @@ class Config:
     lr: float = 0.05
     lr_schedule: str = ""  # "0=0.01, 1000=0.1": lr from each round on (0-based)
     optimizer: str = "sgd"  # the local optimiser (optimizer.momentum, optimizer.weight_decay)
+    server_opt: str = ""  # "" keeps the algorithm's own server step; sgd, adam, yogi, adagrad
+    aggregator: str = "mean"  # or median, trimmed_mean, krum, multikrum, bulyan
     model: str = "cnn"
     loss: str = "ce"
     seed: int = 0
@@ -69,6 +72,8 @@ class Config:
     model_params: dict[str, Any] = field(default_factory=dict)
     participation_params: dict[str, Any] = field(default_factory=dict)
     optimizer_params: dict[str, Any] = field(default_factory=dict)
+    server_opt_params: dict[str, Any] = field(default_factory=dict)
+    aggregator_params: dict[str, Any] = field(default_factory=dict)
     engine_params: dict[str, Any] = field(default_factory=dict)
     store_params: dict[str, Any] = field(default_factory=dict)
     diagnostics_params: dict[str, Any] = field(default_factory=dict)
@@ -104,6 +109,8 @@ COMPONENTS = {
     "model": Component("model", "model_params", "model"),
     "participation": Component("participation", "participation_params", "participation"),
     "optimizer": Component("optimizer", "optimizer_params", "optimizer"),
+    "server_opt": Component("server_opt", "server_opt_params", "server_opt"),
+    "aggregator": Component("aggregator", "aggregator_params", "aggregator"),
     "engine": Component("engine", "engine_params", "engine"),
     "store": Component("store", "store_params", "store"),
     "diagnostics": Component("diagnostics", "diagnostics_params", "diagnostic"),
@@ -257,9 +264,10 @@ def _positive(cfg: Config, *keys: str, minimum: float = 1) -> None:
 
 
 def component_names(cfg: Config, prefix: str) -> list[str]:
-    """The component(s) chosen for ``prefix`` (a list only for ``diagnostics``)."""
+    """The component(s) chosen for ``prefix`` (a list only for ``diagnostics``; none for an
+    empty name)."""
     value = getattr(cfg, COMPONENTS[prefix].name_field)
-    return list(value) if isinstance(value, list) else [value]
+    return list(value) if isinstance(value, list) else [value] if value else []
 
 
 def component_params(cfg: Config, prefix: str) -> dict[str, Any]:
@@ -316,16 +324,25 @@ def validate(cfg: Config) -> None:
             check = kind(comp.kind).get(name).meta.get("check")
             if check is not None:
                 check(cfg)
-    requires = kind("algorithm").get(cfg.algorithm).meta.get("requires", {})
+    from fedretain.algorithms import check_server_side  # loaded on use, as kind() does
+
+    chosen = {"server_opt": bool(cfg.server_opt), "aggregator": cfg.aggregator != "mean"}
+    check_server_side(cfg.algorithm, [k for k, on in chosen.items() if on])
+    algorithms = kind("algorithm")
+    requires = algorithms.get(cfg.algorithm).meta.get("requires", {})
     for key, (ok, why) in requires.items():
         prefix, _, param = key.partition(".")
         value = component_params(cfg, prefix)[param] if param else getattr(cfg, prefix)
         if not ok(value):
             raise ConfigError(f"{cfg.algorithm} with {key}={value}: {why}")
-    try:  # the participation model checks its parameters' ranges
+    try:  # components cheap to build check their parameters' ranges when built
         kind("participation").build(cfg.participation, cfg.participation_params, 1, 1, 0)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    for prefix in ("optimizer", "server_opt", "aggregator"):
+        comp = COMPONENTS[prefix]
+        for name in component_names(cfg, prefix):
+            kind(comp.kind).build(name, getattr(cfg, comp.params_field), prefix=prefix)
 
 
 def resolved(cfg: Config) -> dict[str, Any]:

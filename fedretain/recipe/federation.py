@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from fedretain.algorithms import build_algorithm
+from fedretain.algorithms import ALGORITHMS, build_algorithm
+from fedretain.algorithms.aggregators import AGGREGATORS
 from fedretain.core.algorithm import Algorithm
-from fedretain.core.optim import OPTIMIZERS, Optimizer
+from fedretain.core.optim import OPTIMIZERS, SERVER_OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset
 from fedretain.data.datasets import load_dataset
@@ -64,6 +66,20 @@ def local_optimizer(cfg: Config) -> Optimizer:
     return OPTIMIZERS.build(cfg.optimizer, cfg.optimizer_params, prefix="optimizer")
 
 
+def server_side(cfg: Config) -> dict[str, Any]:
+    """The config's server optimizer and aggregator, for the algorithms that take them."""
+    out: dict[str, Any] = {}
+    if cfg.server_opt:
+        out["server_opt"] = SERVER_OPTIMIZERS.build(
+            cfg.server_opt, cfg.server_opt_params, prefix="server_opt"
+        )
+    if cfg.aggregator != "mean" or ALGORITHMS.takes(cfg.algorithm, "aggregator"):
+        out["aggregator"] = AGGREGATORS.build(
+            cfg.aggregator, cfg.aggregator_params, prefix="aggregator"
+        )
+    return out
+
+
 def make_clients(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     """The config's partition of the dataset's training samples over ``cfg.clients``."""
     return make_partition(
@@ -106,7 +122,9 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
-    algorithm = build_algorithm(cfg.algorithm, opt=local_optimizer(cfg), **cfg.algo)
+    algorithm = build_algorithm(
+        cfg.algorithm, opt=local_optimizer(cfg), **server_side(cfg), **cfg.algo
+    )
     local = LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps)
     participation = PARTICIPATIONS.build(
         cfg.participation, cfg.participation_params, len(parts), cfg.clients_per_round, cfg.seed

@@ -36,7 +36,7 @@ def test_fedavgm_two_rounds_of_heavy_ball():
     #          v = 0.9·0.233333 + 0.163333 = 0.373333, x = 0.766667 − 0.373333 = 0.393333
     state = run_rounds(tiny_engine(build_algorithm("fedavgm", beta=0.9)), 2)
     assert w(state) == pytest.approx(0.393333, abs=1e-5)
-    assert w(state, "v") == pytest.approx(0.373333, abs=1e-5)
+    assert w(state, "server_opt/b") == pytest.approx(0.373333, abs=1e-5)
 
 
 def test_fedavgm_with_zero_momentum_is_fedavg():
@@ -56,7 +56,7 @@ def test_fedproxm_combines_prox_clients_and_momentum_server():
     # one round from v = 0: x = 1 − (1 − 0.66) = 0.66, v = 0.34
     state = run_rounds(tiny_engine(build_algorithm("fedproxm", mu=1.0), epochs=2), 1)
     assert w(state) == pytest.approx(0.66, abs=1e-6)
-    assert w(state, "v") == pytest.approx(0.34, abs=1e-6)
+    assert w(state, "server_opt/b") == pytest.approx(0.34, abs=1e-6)
 
 
 def test_scaffold_two_rounds_by_hand():

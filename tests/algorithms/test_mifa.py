@@ -127,10 +127,10 @@ def test_mifam_two_rounds_of_momentum():
     engine = tiny_engine(mifam(beta=0.9))
     state = run_rounds(engine, 1)
     assert w(state) == pytest.approx(0.85, abs=1e-6)
-    assert w(state, "m") == pytest.approx(0.15, abs=1e-6)
+    assert w(state, "server_opt/b") == pytest.approx(0.15, abs=1e-6)
     state, _ = engine.run_round(state, 1, 0.1, per_round=2)
     assert rows(state, "D") == pytest.approx([-0.115, 0.34], abs=1e-5)
-    assert w(state, "m") == pytest.approx(0.2475, abs=1e-5)
+    assert w(state, "server_opt/b") == pytest.approx(0.2475, abs=1e-5)
     assert w(state) == pytest.approx(0.6025, abs=1e-5)
 
 
@@ -145,7 +145,7 @@ def test_mifam_stale_entries_divided_by_all_clients():
     assert float(state["buffers"]["running_mean"]) == pytest.approx(2.0)
     state = aggregate(algo, state, [-0.4], (2,), 3, rnd=1)
     assert rows(state, "D") == pytest.approx([0.3, -0.6, 0.6], abs=1e-6)
-    assert w(state, "m") == pytest.approx(0.05, abs=1e-6)
+    assert w(state, "server_opt/b") == pytest.approx(0.05, abs=1e-6)
     assert w(state) == pytest.approx(0.1, abs=1e-6)
 
 

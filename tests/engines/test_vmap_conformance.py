@@ -111,3 +111,18 @@ def test_cuda_engines_match_the_cpu_reference(engine):
         for k, t in gpu_state.items()
     }
     assert _max_diff(cpu_state, to_cpu) < 1e-4
+
+
+COMPOSABLE = [n for n in ALGORITHMS if ALGORITHMS.takes(n, "server_opt")]
+
+
+@pytest.mark.parametrize("name", COMPOSABLE)
+def test_vmap_equals_sequential_with_a_server_optimizer_and_a_robust_aggregator(name):
+    """Every algorithm whose server step is a model update, composed with FedAdam and the
+    coordinate-wise median."""
+    extra = {**OVERRIDES.get(name, {}), "server_opt": "adam", "aggregator": "median"}
+    seq_state, seq = _run({"algorithm": name, "engine": "sequential", **extra})
+    vm_state, vm = _run({"algorithm": name, "engine": "vmap", **extra})
+    assert "server_opt" in seq_state and vm.engine.name == "vmap"
+    assert _max_diff(seq_state, vm_state) < 1e-5
+    assert seq.ledger.state() == vm.ledger.state()

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fedretain.algorithms import ALGORITHMS, build_algorithm
+from fedretain.core.optim import SERVER_OPTIMIZERS
 from fedretain.data.base import Dataset
 from fedretain.engines.round import DivergenceError, Rounds
 from fedretain.engines.sequential import SequentialEngine
@@ -95,6 +96,27 @@ def test_resume_extends_a_finished_run_exactly(tmp_path):
     a = json.loads((tmp_path / "a" / "summary.json").read_text())
     b = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert a["bytes_up"] == b["bytes_up"] and a["clients_with_state"] == b["clients_with_state"]
+
+
+def test_resume_of_a_composed_server_side_matches_uninterrupted(tmp_path):
+    """FedProx clients, FedAdam server, trimmed mean: the server optimizer's state (m, v, t)
+    travels in the checkpoint."""
+    composed = {
+        **DIGITS,
+        "algorithm": "fedprox",
+        "server_opt": "adam",
+        "aggregator": "trimmed_mean",
+    }
+    run_experiment(make_config({**composed, "rounds": 2}), tmp_path / "a", progress=False)
+    ckpt = load_checkpoint(tmp_path / "a")
+    assert int(ckpt.server["server_opt"]["t"]) == 2
+    run_experiment(
+        make_config({**composed, "rounds": 4}), tmp_path / "a", progress=False, resume=True
+    )
+    run_experiment(make_config({**composed, "rounds": 4}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
 
 
 def test_resume_accepts_a_checkpoint_older_than_a_new_key_at_its_default(tmp_path):
@@ -231,7 +253,10 @@ def test_divergence_skip_drops_only_the_bad_client(vectorised):
 # an MLP in tests/algorithms/test_fedmlb.py
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "fedmlb"])
 def test_ledger_counts_exactly_the_declared_payload_keys(name):
-    engine = tiny_engine(build_algorithm(name))
+    server = {}
+    if ALGORITHMS.takes(name, "server_opt"):  # a composed server side sends the same payloads
+        server = {"server_opt": SERVER_OPTIMIZERS.build("yogi")}
+    engine = tiny_engine(build_algorithm(name, **server))
     run_rounds(engine, 1)
     algo = engine.algorithm
     assert set(engine.ledger.by_key["up"]) == set(algo.uplink_keys)

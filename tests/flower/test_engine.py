@@ -46,6 +46,25 @@ def test_flower_rounds_equal_the_sequential_engine(name):
     assert [t for t, _ in grid.sent].count("query.partition") == 4
 
 
+@pytest.mark.parametrize(
+    "server",
+    [
+        {"algorithm": "fedavg", "server_opt": "adam", "aggregator": "median"},
+        {"algorithm": "fedreg", "server_opt": "adam"},
+        {"algorithm": "fedcurv", "server_opt": "yogi", "aggregator": "trimmed_mean"},
+        {"algorithm": "fedavgm", "aggregator": "krum"},
+    ],
+)
+def test_composed_server_sides_on_flower_equal_the_sequential_engine(server):
+    ref, seq = run_rounds(config(**server), rounds=3)
+    federation, _ = inline_federation(4)
+    state, fl = run_rounds(config(**server, engine="flower"), 3, federation)
+    assert max_diff(ref, state) == 0.0
+    assert {k: v for k, v in seq.ledger.state().items() if k != "lost"} == {
+        k: v for k, v in fl.ledger.state().items() if k != "lost"
+    }
+
+
 @pytest.mark.parametrize("name", ["mifa", "gradma", "scaffold"])
 def test_a_failing_client_costs_only_its_reply(name):
     """Client K's ClientApp raises in round 1: the round completes with the others, exactly

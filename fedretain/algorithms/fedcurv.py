@@ -18,10 +18,11 @@ subtracts, so that the server only ever sends sums.
   weighted mean over samples of the squared per-sample gradients of the task loss at the trained
   local model, in eval mode (dropout off; FedReg's code does the same). With ``loss=ce`` the
   per-sample loss is the negative log-likelihood of the true label, the paper's empirical
-  Fisher; with ``loss=tce`` it is the truncated likelihood the client trains on. Per-sample
-  gradients come from ``torch.func.vmap`` over ``grad``, in chunks of ``fisher_chunk`` samples
-  (``0``: as many as fit in about 256 MiB of per-sample gradients, for all the clients a
-  vectorised engine trains together).
+  Fisher; with ``loss=tce`` it is the truncated likelihood the client trains on. It is
+  computed layer by layer from activations and output gradients (:mod:`fedretain.core.fisher`:
+  one matmul per Linear layer, one batched matmul per convolution, per-sample gradients only
+  for parameters outside Linear/Conv2d/norm layers), in chunks of ``fisher_chunk`` samples per
+  pass (``0``: sized to about 256 MiB, for all the clients a vectorised engine trains together).
 - **Server sums** (``memory = True``, the default): ``U, V`` hold the latest ``u_j, v_j`` of
   every client that has taken part; a client that has not yet sent anything contributes zero,
   so the first round is FedAvg. The client uploads the change of its contribution,
@@ -47,70 +48,20 @@ from dataclasses import replace
 
 import torch
 from torch import Tensor
-from torch.func import grad, vmap
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.algorithms.server import ServerStep
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.local import Penalty, make_local_init
+from fedretain.core.fisher import FISHER_BYTES, fisher_diag
+from fedretain.core.local import ClosedFormPenalty, make_local_init
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
-from fedretain.core.task import Batch, Task
-from fedretain.core.tree import (
-    Tree,
-    leaves,
-    tree_map,
-    tree_numel,
-    tree_zeros_like,
-)
-
-FISHER_BYTES = 256 << 20  # per-sample gradients held at once when fisher_chunk = 0
+from fedretain.core.tree import Tree, leaves, tree_map, tree_zeros_like
 
 
-def _vmap_width(t: Tensor) -> int:
-    """How many copies of ``t`` a surrounding ``vmap`` computes at once (1 outside ``vmap``)."""
-    functorch = torch._C._functorch
-    width = 1
-    while functorch.is_batchedtensor(t):
-        bdim = functorch.maybe_get_bdim(t)
-        t = functorch.get_unwrapped(t)
-        width *= t.shape[bdim]
-    return width
-
-
-def fisher_diag(task: Task, params: Tree, buffers: Tree, data: Batch, chunk: int = 0) -> Tree:
-    """Diagonal empirical Fisher: ``Σ_i w_i (∇_θ ℓ_i)² / Σ_i w_i`` over the samples of ``data``.
-
-    ``ℓ_i`` is the task loss of sample ``i`` alone (eval mode, the client's ``label_mask``);
-    ``w`` weighs samples (padding has 0). Per-sample gradients are ``vmap(grad(ℓ))``, ``chunk``
-    samples at a time (``0``: about 256 MiB of gradients, shared by the clients of a surrounding
-    ``vmap``), so no Python loop runs over samples.
-    """
-    x, y, w = data["x"], data["y"], data["w"]
-    mask = data.get("label_mask")
-    n = x.shape[0]
-    if chunk <= 0:  # the budget is shared by the clients a vectorised engine runs together
-        width = _vmap_width(leaves(params)[0]) if params else 1
-        chunk = max(1, FISHER_BYTES // (4 * max(tree_numel(params), 1) * width))
-
-    def sample_loss(p: Tree, xi: Tensor, yi: Tensor) -> Tensor:
-        logits, _ = task.forward(p, buffers, xi.unsqueeze(0), train=False)
-        return task.loss(logits, yi.unsqueeze(0), mask).sum()
-
-    per_sample = vmap(grad(sample_loss), in_dims=(None, 0, 0))
-    total = tree_zeros_like(params)
-    for start in range(0, n, chunk):
-        g = per_sample(params, x[start : start + chunk], y[start : start + chunk])
-        wc = w[start : start + chunk]
-        total = tree_map(
-            lambda t, g, wc=wc: t + torch.tensordot(wc.to(g.dtype), g * g, dims=1), total, g
-        )
-    count = w.sum().clamp_min(1.0)
-    return tree_map(lambda t: t / count.to(t.dtype), total)
-
-
-def curvature_penalty(lambda_: float) -> Penalty:
-    """``λ Σ_p [θ_p² A_p − 2 θ_p B_p]``, ``A = U − u_s`` and ``B = V − v_s`` in the step state."""
+def curvature_penalty(lambda_: float) -> ClosedFormPenalty:
+    """``λ Σ_p [θ_p² A_p − 2 θ_p B_p]``, ``A = U − u_s`` and ``B = V − v_s`` in the step state;
+    gradient ``2λ (θ A − B)``."""
 
     def penalty(params: Tree, state: Tree) -> Tensor:
         terms = [
@@ -119,7 +70,10 @@ def curvature_penalty(lambda_: float) -> Penalty:
         ]
         return lambda_ * torch.stack(terms).sum()
 
-    return penalty
+    def gradient(params: Tree, state: Tree) -> Tree:
+        return tree_map(lambda p, a, b: 2.0 * lambda_ * (p * a - b), params, state["A"], state["B"])
+
+    return ClosedFormPenalty(penalty, gradient)
 
 
 def fedcurv(
@@ -211,4 +165,4 @@ def fedcurv(
     )
 
 
-__all__ = ["curvature_penalty", "fedcurv", "fisher_diag"]
+__all__ = ["FISHER_BYTES", "curvature_penalty", "fedcurv", "fisher_diag"]

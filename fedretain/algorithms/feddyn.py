@@ -30,13 +30,14 @@ from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.local import Penalty
+from fedretain.core.local import ClosedFormPenalty
 from fedretain.core.optim import Optimizer
 from fedretain.core.tree import Tree, leaves, tree_map, tree_weighted_mean, tree_zeros_like
 
 
-def dyn_penalty(alpha: float) -> Penalty:
-    """``−⟨g_i, θ⟩ + α/2 ‖θ − x‖²`` with ``x`` the received global model."""
+def dyn_penalty(alpha: float) -> ClosedFormPenalty:
+    """``−⟨g_i, θ⟩ + α/2 ‖θ − x‖²`` with ``x`` the received global model; gradient
+    ``α (θ − x) − g_i``."""
 
     def penalty(params: Tree, state: Tree) -> Tensor:
         terms = [
@@ -50,7 +51,15 @@ def dyn_penalty(alpha: float) -> Penalty:
         ]
         return torch.stack(terms).sum()
 
-    return penalty
+    def gradient(params: Tree, state: Tree) -> Tree:
+        return tree_map(
+            lambda p, x, g: alpha * (p - x) - g,
+            params,
+            state["down"]["x"],
+            state["client"]["g_i"],
+        )
+
+    return ClosedFormPenalty(penalty, gradient)
 
 
 def feddyn(*, alpha: float = 0.01, opt: Optimizer | None = None) -> Algorithm:

@@ -16,13 +16,13 @@ from torch import Tensor
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm
-from fedretain.core.local import Penalty
+from fedretain.core.local import ClosedFormPenalty
 from fedretain.core.optim import Optimizer, ServerOptimizer
-from fedretain.core.tree import Tree, leaves
+from fedretain.core.tree import Tree, leaves, tree_map
 
 
-def prox_penalty(mu: float) -> Penalty:
-    """``μ/2 ‖params − x‖²`` with ``x`` the received global model."""
+def prox_penalty(mu: float) -> ClosedFormPenalty:
+    """``μ/2 ‖params − x‖²`` with ``x`` the received global model; gradient ``μ (params − x)``."""
 
     def penalty(params: Tree, state: Tree) -> Tensor:
         terms = [
@@ -31,7 +31,10 @@ def prox_penalty(mu: float) -> Penalty:
         ]
         return 0.5 * mu * torch.stack(terms).sum()
 
-    return penalty
+    def gradient(params: Tree, state: Tree) -> Tree:
+        return tree_map(lambda p, x: mu * (p - x), params, state["down"]["x"])
+
+    return ClosedFormPenalty(penalty, gradient)
 
 
 def fedprox(

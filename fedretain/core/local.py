@@ -2,14 +2,18 @@
 
 Most algorithms are FedAvg plus a term added to the local loss (``penalty(params, state)``:
 FedProx, FedCurv, FedDyn) or a change to the gradient (``correct(grads, state)``: SCAFFOLD,
-GradMA-W). The step state built by :func:`local_init` keeps the received downlink under
-``"down"`` and the client's persistent state under ``"client"``, so hooks read what they need
-(``state["down"]["x"]``, ``state["client"]["c_i"]``) without extra plumbing.
+GradMA-W). A penalty is a plain callable (differentiated by autograd together with the task
+loss) or a :class:`ClosedFormPenalty`, whose gradient is given in closed form and added leafwise
+to the task loss's gradient, with no autograd through the penalty. The step state built by
+:func:`local_init` keeps the received downlink under ``"down"`` and the client's persistent
+state under ``"client"``, so hooks read what they need (``state["down"]["x"]``,
+``state["client"]["c_i"]``) without extra plumbing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -17,10 +21,29 @@ from torch import Tensor
 from fedretain.core.algorithm import ClientContext, LocalInitFn, LocalStepFn
 from fedretain.core.optim import Optimizer
 from fedretain.core.task import Batch
-from fedretain.core.tree import Tree, leaves
+from fedretain.core.tree import Tree, leaves, tree_map
 
-Penalty = Callable[[Tree, Tree], Tensor]
 Correct = Callable[[Tree, Tree], Tree]
+
+
+@dataclass(frozen=True)
+class ClosedFormPenalty:
+    """A penalty term with its gradient in closed form.
+
+    ``value(params, state)`` is the scalar term; ``grad(params, state)`` its gradient in
+    ``params`` (a tree like ``params``; None: autograd through ``value``). Calling the object
+    gives the value, so it can stand wherever a plain penalty callable is expected.
+    """
+
+    value: Callable[[Tree, Tree], Tensor]
+    grad: Callable[[Tree, Tree], Tree] | None = None
+
+    def __call__(self, params: Tree, state: Tree) -> Tensor:
+        return self.value(params, state)
+
+
+# a plain callable (autograd) or a ClosedFormPenalty (its own gradient)
+Penalty = Callable[[Tree, Tree], Tensor] | ClosedFormPenalty
 
 
 def make_local_init(opt: Optimizer) -> LocalInitFn:
@@ -47,16 +70,22 @@ def make_local_step(
 ) -> LocalStepFn:
     """One optimiser step on ``task loss + penalty``, with the gradient passed through ``correct``.
 
-    The reported ``loss`` is the task loss alone (before the penalty).
+    A penalty with a closed-form gradient (``penalty.grad``) is not differentiated: autograd
+    runs on the task loss alone and the penalty's gradient is added leafwise. The reported
+    ``loss`` is the task loss alone (before the penalty).
     """
+    closed = getattr(penalty, "grad", None)
+    autograd_penalty = None if closed is not None else penalty
 
     def local_step(state: Tree, batch: Batch, ctx: ClientContext) -> tuple[Tree, dict]:
         def objective(p: Tree) -> tuple[Tensor, tuple[Tensor, Tree]]:
             loss, new_buffers = ctx.task.batch_loss(p, state["buffers"], batch)
-            total = loss + penalty(p, state) if penalty is not None else loss
+            total = loss + autograd_penalty(p, state) if autograd_penalty is not None else loss
             return total, (loss.detach(), new_buffers)
 
         grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
+        if closed is not None:
+            grads = tree_map(torch.add, grads, closed(state["params"], state))
         if correct is not None:
             grads = correct(grads, state)
         return advance(opt, state, grads, new_buffers), {"loss": loss}
@@ -76,4 +105,12 @@ def advance(opt: Optimizer, state: Tree, direction: Tree, buffers: Tree) -> Tree
     }
 
 
-__all__ = ["Batch", "Correct", "Penalty", "advance", "make_local_init", "make_local_step"]
+__all__ = [
+    "Batch",
+    "ClosedFormPenalty",
+    "Correct",
+    "Penalty",
+    "advance",
+    "make_local_init",
+    "make_local_step",
+]

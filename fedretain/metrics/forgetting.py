@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedretain.core.fisher import fisher_diag
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, ravel
 from fedretain.data.base import Dataset, as_float
@@ -99,7 +100,6 @@ class Forgetting:
         own: np.ndarray,
         prev: np.ndarray,
     ) -> float:
-        from fedretain.algorithms.fedcurv import fisher_diag
         from fedretain.algorithms.fedreg import pseudo_and_perturbed
 
         real = self._batch(own)

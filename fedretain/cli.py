@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from fedretain.errors import FedRetainError
@@ -114,13 +116,84 @@ LISTS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fedretain", description="Federated learning that does not forget."
+def version() -> str:
+    """fedretain's version, from the installed package's metadata (``fedretain.__version__``)."""
+    import fedretain
+
+    return fedretain.__version__
+
+
+def settings_help(width: int = 100) -> str:
+    """Every config key with its default and meaning (:class:`~fedretain.recipe.config.Config`
+    fields' help), and every component's entries with their options and defaults (the
+    registries): the tail of ``fedretain run --help``."""
+    from fedretain.recipe.config import COMPONENTS, NAMED, describe_settings, param_help
+    from fedretain.registry import PROVIDERS, kind
+
+    def wrap(text: str, indent: str) -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent) or []
+
+    def entries(registry_kind: str, prefix: str | None) -> list[str]:
+        registry = kind(registry_kind)
+        out = []
+        for name, entry in registry.items():
+            out += wrap(f"{name}: {entry.description}", "      ")
+            params = registry.params(name)
+            if prefix and params:
+                opts = ", ".join(f"{prefix}.{k}={toml_text(v)}" for k, v in params.items())
+                out += wrap(opts, "          ")
+        return out
+
+    from fedretain.recipe.config import toml_text
+
+    lines = wrap(
+        "settings, with their defaults (KEY=VALUE on the command line, KEY = VALUE in a "
+        "--config TOML file):",
+        "",
     )
+    named_by = {c.name_field: p for p, c in COMPONENTS.items()}
+    for s in describe_settings():
+        lines.append(f"  {s.key} = {s.default}")
+        lines += wrap(s.help, "      ")
+        if s.key in NAMED and NAMED[s.key] in PROVIDERS:
+            lines += entries(NAMED[s.key], None)
+        elif s.key in named_by:
+            lines += wrap(f"options: {named_by[s.key]}.<option> (below)", "      ")
+    lines.append("")
+    lines += wrap(
+        "component options, <prefix>.<option>=VALUE (in a TOML file, a [<prefix>] table, "
+        "with name = ... for the component): each kind's entries with their options' "
+        "defaults:",
+        "",
+    )
+    for prefix, comp in COMPONENTS.items():
+        lines.append(f"  {prefix}.<option>: {param_help(prefix)} ({comp.name_field}=NAME)")
+        lines += entries(comp.kind, prefix)
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help may end with a text computed only when it is shown."""
+
+    help_tail: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        return f"{text}\n{self.help_tail()}\n" if self.help_tail else text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fedretain", description="Federated learning that does not forget.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run one experiment and write its results folder")
+    run = sub.add_parser(
+        "run",
+        help="run one experiment and write its results folder",
+        description="Run one experiment and write its results folder. Settings come from the "
+        "defaults, then --config, then KEY=VALUE arguments (values read as TOML).",
+    )
+    run.help_tail = settings_help
     run.add_argument("--config", help="a TOML file of settings")
     run.add_argument("--out", help="results folder to write")
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint")

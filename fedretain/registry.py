@@ -45,6 +45,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "engine": ("fedretain.engines", "fedretain.flower"),
     "store": ("fedretain.engines.store",),
     "diagnostic": ("fedretain.experiments.diagnostics",),
+    "tracker": ("fedretain.experiments.tracking",),
 }
 
 _REGISTRIES: dict[str, Registry] = {}

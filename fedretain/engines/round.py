@@ -44,7 +44,7 @@ def diverged(rnd: int, where: str) -> DivergenceError:
     hint = " (or on_divergence=skip to drop such updates)" if "client" in where else ""
     return DivergenceError(
         f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
-        f"lower lr (or lr_schedule), or check the data{hint}"
+        f"lower lr (or lr_schedule; server_opt.lr with a server optimizer), or check the data{hint}"
     )
 
 

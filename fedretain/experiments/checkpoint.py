@@ -185,6 +185,7 @@ RESUMABLE = (
     "device",
     "engine",
     "diagnostics",
+    "tracking",
 )
 
 

@@ -37,6 +37,7 @@ from fedretain.experiments.checkpoint import (
     load_for_resume,
     save_checkpoint,
 )
+from fedretain.experiments.tracking import make_tracker
 from fedretain.files import write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
 from fedretain.recipe.config import Config, resolved
@@ -73,6 +74,7 @@ def run_experiment(
         raise
     finally:
         run.engine.close()
+        run.tracker.close()
     return run.finish()
 
 
@@ -103,6 +105,7 @@ class Run:
         self.observers = [
             kind("diagnostic").build(name, self._params_of(name), self) for name in cfg.diagnostics
         ]
+        self.tracker = make_tracker(cfg, self.out)
         self.server_state: Tree = {}
         self.rounds: Rounds  # made by start(): a fresh run clears an old disk store first
         self.records: list[dict[str, Any]] = []
@@ -138,6 +141,7 @@ class Run:
         self.out.mkdir(parents=True, exist_ok=True)
         write_toml(self.out / "config.toml", resolved(cfg))
         if ckpt is None:
+            self.tracker.start([])
             self.server_state = fed.algorithm.server_init(*fed.task.init())
             self.evaluate({"train_loss": None})
             return
@@ -149,6 +153,7 @@ class Run:
         if ckpt.cuda_rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt.cuda_rng)
         write_jsonl(self.out / "metrics.jsonl", self.records)
+        self.tracker.start(self.records)
         for observer in self.observers:
             observer.resume(self.done)
 
@@ -193,6 +198,7 @@ class Run:
         self.pending = dict.fromkeys(self.pending, 0.0)
         self.records.append(record)
         write_jsonl(self.out / "metrics.jsonl", self.records)
+        self.tracker.record(record)
         return record
 
     def elapsed(self) -> float:

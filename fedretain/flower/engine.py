@@ -74,6 +74,17 @@ log = logging.getLogger("fedretain.flower")
 CPU = torch.device("cpu")
 
 
+def by_client(
+    messages: list[Message], clients: list[int], replies: Iterable[Message]
+) -> Iterator[tuple[int, Message]]:
+    """Each reply with the client its message went to (replies to nothing sent are dropped)."""
+    client_of = {m.metadata.message_id: c for m, c in zip(messages, clients, strict=True)}
+    for reply in replies:
+        cid = client_of.get(reply.metadata.reply_to_message_id)
+        if cid is not None:
+            yield cid, reply
+
+
 @dataclass
 class Sent:
     """A round's ``train`` messages: the round, what was sent to whom, and the clients no
@@ -226,13 +237,9 @@ class FlowerEngine:
         """The replies as one result: uplinks and losses stacked in the round's order, which
         clients keep a state, and the lost, unreached and diverged clients."""
         uplink_keys = rounds.algorithm.uplink_keys
-        client_of = {m.metadata.message_id: c for m, c in zip(sent.messages, sent.clients)}
         lost: dict[int, str] = {}
         answers: dict[int, Message] = {}
-        for reply in replies:
-            cid = client_of.get(reply.metadata.reply_to_message_id)
-            if cid is None:
-                continue
+        for cid, reply in by_client(sent.messages, sent.clients, replies):
             if reply.has_error():
                 lost[cid] = error_text(reply)
             else:
@@ -311,12 +318,8 @@ class FlowerEngine:
             )
             clients.append(cid)
         replies = exchange(federation.grid, messages, self.reply_timeout)
-        client_of = {m.metadata.message_id: c for m, c in zip(messages, clients)}
         out: dict[int, Tree] = {}
-        for reply in replies:
-            cid = client_of.get(reply.metadata.reply_to_message_id)
-            if cid is None:
-                continue
+        for cid, reply in by_client(messages, clients, replies):
             if reply.has_error():
                 log.warning("could not read the state of client %d: %s", cid, error_text(reply))
                 continue

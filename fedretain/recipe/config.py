@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +26,18 @@ from fedretain.registry import coerce, kind
 ON_DIVERGENCE = ("stop", "skip")
 
 
+def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None) -> Any:
+    """A :class:`Config` field with its meaning (``metadata["help"]``): the one text that
+    ``fedretain run --help`` and the documentation show for the key."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class Config:
-    """Every setting of a run. ``fedretain run --help`` and README.md describe them.
+    """Every setting of a run. Each field's ``metadata["help"]`` is its meaning, shown by
+    ``fedretain run --help`` (:func:`describe_settings`) and the documentation.
 
     A named component (``algorithm``, ``dataset``, ``partition``, ``model``, ``participation``,
     ``optimizer``, ``server_opt``, ``aggregator``, ``loss``, ``engine``, ``store``,
@@ -35,48 +46,108 @@ class Config:
     :data:`COMPONENTS` maps each prefix to its fields and its registry.
     """
 
-    name: str = ""  # label in reports; defaults to the algorithm name
-    algorithm: str = "fedavg"
-    dataset: str = "fashion-mnist"
-    data_dir: str = ""  # empty: the dataset's default folder
-    partition: str = "iid"
-    val_fraction: float = 0.0  # per-client validation split (TCE uses 0.1)
-    clients: int = 100
-    clients_per_round: int = 10
-    participation: str = "uniform"  # or "bernoulli": client i reachable with probability p_i
-    rounds: int = 20
-    local_epochs: int = 1
-    local_steps: int = 0  # > 0: this many local mini-batch steps instead of local_epochs
-    batch_size: int = 10
-    lr: float = 0.05
-    lr_schedule: str = ""  # "0=0.01, 1000=0.1": lr from each round on (0-based)
-    optimizer: str = "sgd"  # the local optimiser (optimizer.momentum, optimizer.weight_decay)
-    server_opt: str = ""  # "" keeps the algorithm's own server step; sgd, adam, yogi, adagrad
-    aggregator: str = "mean"  # or median, trimmed_mean, krum, multikrum, bulyan
-    model: str = "cnn"
-    loss: str = "ce"
-    seed: int = 0
-    eval_every: int = 1
-    eval_batch_size: int = 1000
-    targets: list[float] = field(default_factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9])
-    engine: str = "sequential"  # "vmap": clients trained together; "flower": Flower clients
-    device: str = "cpu"
-    threads: int = 0  # torch CPU threads; 0 keeps torch's default
-    checkpoint_every: int = 10  # rounds between checkpoints (0: none); `run --resume` continues
-    on_divergence: str = "stop"  # NaN/Inf in a client's update: "stop" the run or "skip" it
-    store: str = "memory"  # per-client state in RAM, or "disk": DIR/client_state/
-    diagnostics: list[str] = field(default_factory=list)  # ["forgetting"]: DIR/forgetting.jsonl
-    algo: dict[str, Any] = field(default_factory=dict)
-    dataset_params: dict[str, Any] = field(default_factory=dict)
-    partition_params: dict[str, Any] = field(default_factory=dict)
-    model_params: dict[str, Any] = field(default_factory=dict)
-    participation_params: dict[str, Any] = field(default_factory=dict)
-    optimizer_params: dict[str, Any] = field(default_factory=dict)
-    server_opt_params: dict[str, Any] = field(default_factory=dict)
-    aggregator_params: dict[str, Any] = field(default_factory=dict)
-    engine_params: dict[str, Any] = field(default_factory=dict)
-    store_params: dict[str, Any] = field(default_factory=dict)
-    diagnostics_params: dict[str, Any] = field(default_factory=dict)
+    name: str = setting("", "label of the run in reports; empty: the algorithm's name")
+    algorithm: str = setting("fedavg", "the client method (`fedretain list algorithms`)")
+    dataset: str = setting("fashion-mnist", "the data set (`fedretain list datasets`)")
+    data_dir: str = setting("", "the dataset's folder; empty: the dataset's default folder")
+    partition: str = setting(
+        "iid",
+        "how the training data are split over the clients: iid, dirichlet, shards, fixed, natural",
+    )
+    val_fraction: float = setting(0.0, "per-client validation split (TCE uses 0.1)")
+    clients: int = setting(100, "N, the number of clients")
+    clients_per_round: int = setting(10, "S, the clients sampled per round without replacement")
+    participation: str = setting(
+        "uniform",
+        "uniform (S of N) or bernoulli: client i is reachable each round with its own "
+        "probability p_i ~ U[participation.p_min, participation.p_max], and every reachable "
+        "client takes part",
+    )
+    rounds: int = setting(20, "the number of rounds")
+    local_epochs: int = setting(1, "local epochs per round (when local_steps is 0)")
+    local_steps: int = setting(
+        0, "> 0: exactly this many local mini-batch steps per round instead of local_epochs"
+    )
+    batch_size: int = setting(10, "the local mini-batch size")
+    lr: float = setting(0.05, "the local learning rate")
+    lr_schedule: str = setting(
+        "", '"0=0.01, 1000=0.1": the learning rate from each (0-based) round on; empty: lr'
+    )
+    optimizer: str = setting(
+        "sgd",
+        "the local optimiser: sgd (optimizer.momentum, optimizer.weight_decay, "
+        "optimizer.nesterov) or adam (optimizer.beta1, optimizer.beta2, optimizer.eps, "
+        "optimizer.weight_decay)",
+    )
+    server_opt: str = setting(
+        "",
+        "the server's optimizer on the pseudo-gradient x - agg(y): sgd, adam, yogi, adagrad; "
+        "empty keeps the algorithm's own server step",
+    )
+    aggregator: str = setting(
+        "mean",
+        "how the uplinked models are combined: mean, median, trimmed_mean, krum, multikrum, bulyan",
+    )
+    model: str = setting(
+        "cnn",
+        "the model (`fedretain list models`; any model: model.projection=256 adds MOON's "
+        "projection head)",
+    )
+    loss: str = setting(
+        "ce",
+        "the local training loss: ce, or tce (softmax over the client's own label set); "
+        "evaluation always uses the full softmax",
+    )
+    seed: int = setting(0, "the same config and seed give the same numbers")
+    eval_every: int = setting(
+        1, "test-set evaluation period in rounds (the last round is always evaluated)"
+    )
+    eval_batch_size: int = setting(1000, "batch size of the test-set evaluation")
+    targets: list[float] = setting(
+        help="accuracies for rounds_to (the first round reaching each)",
+        factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9],
+    )
+    engine: str = setting(
+        "sequential",
+        "sequential (the reference); vmap: the round's clients trained together (same "
+        "numbers); flower: the clients as Flower ClientApps",
+    )
+    device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
+    threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
+    checkpoint_every: int = setting(
+        10, "rounds between checkpoints (and one at the end); 0: none; `run --resume` continues"
+    )
+    on_divergence: str = setting(
+        "stop",
+        "NaN/Inf in a client's update: stop (keeping the results so far) or skip that update",
+    )
+    store: str = setting(
+        "memory",
+        "where per-client state lives: memory, or disk (DIR/client_state/, only the round's "
+        "clients in RAM); store.dtype=float16|bfloat16 halves its bytes",
+    )
+    diagnostics: list[str] = setting(
+        help='observers of the run, e.g. ["forgetting"] (DIR/forgetting.jsonl)',
+        factory=list,
+    )
+    tracking: str = setting(
+        "",
+        "experiment tracking: empty for none, or tensorboard (each round's metrics also as "
+        "TensorBoard event files in DIR/tensorboard/)",
+    )
+    algo: dict[str, Any] = setting(help="the algorithm's hyper-parameters", factory=dict)
+    dataset_params: dict[str, Any] = setting(help="the dataset loader's options", factory=dict)
+    partition_params: dict[str, Any] = setting(help="the partition's options", factory=dict)
+    model_params: dict[str, Any] = setting(help="the model's options", factory=dict)
+    participation_params: dict[str, Any] = setting(
+        help="the participation model's options", factory=dict
+    )
+    optimizer_params: dict[str, Any] = setting(help="the local optimiser's options", factory=dict)
+    server_opt_params: dict[str, Any] = setting(help="the server optimizer's options", factory=dict)
+    aggregator_params: dict[str, Any] = setting(help="the aggregator's options", factory=dict)
+    engine_params: dict[str, Any] = setting(help="the engine's options", factory=dict)
+    store_params: dict[str, Any] = setting(help="the client store's options", factory=dict)
+    diagnostics_params: dict[str, Any] = setting(help="the diagnostics' options", factory=dict)
 
     @property
     def label(self) -> str:
@@ -115,6 +186,8 @@ COMPONENTS = {
     "store": Component("store", "store_params", "store"),
     "diagnostics": Component("diagnostics", "diagnostics_params", "diagnostic"),
 }
+# keys that name a registry entry without options: key -> its registry's kind
+NAMED = {"loss": "loss", "tracking": "tracker"}
 _PARAM_FIELDS = {c.params_field for c in COMPONENTS.values()}
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name not in _PARAM_FIELDS}
 # keys of earlier versions -> their names now (old TOML files and checkpoints)
@@ -300,6 +373,10 @@ def validate(cfg: Config) -> None:
     if cfg.on_divergence not in ON_DIVERGENCE:
         raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
     kind("loss").get(cfg.loss)
+    if cfg.tracking:  # the trackers of fedretain.experiments.tracking
+        check = kind("tracker").get(cfg.tracking).meta.get("check")
+        if check is not None:
+            check(cfg)
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
         raise ConfigError(f"device must be cpu or cuda[:N], got {cfg.device!r}")
     for prefix, comp in COMPONENTS.items():
@@ -362,6 +439,42 @@ def resolved(cfg: Config) -> dict[str, Any]:
         else:
             out[prefix] = {"name": getattr(cfg, comp.name_field), **params}
     return out
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One top-level key for help texts: its name, its default as TOML text, its meaning."""
+
+    key: str
+    default: str
+    help: str
+
+
+def describe_settings() -> list[Setting]:
+    """Every top-level key of :class:`Config` (not the ``*_params`` fields: those are the
+    ``<prefix>.<option>`` keys of :data:`COMPONENTS`), from the fields' ``metadata["help"]``."""
+    defaults = Config()
+    return [
+        Setting(name, toml_text(getattr(defaults, name)), f.metadata.get("help", ""))
+        for name, f in _FIELDS.items()
+    ]
+
+
+def param_help(prefix: str) -> str:
+    """The meaning of the ``<prefix>.<option>`` keys (the ``*_params`` field's help)."""
+    params_field = COMPONENTS[prefix].params_field
+    return next(f for f in dataclasses.fields(Config) if f.name == params_field).metadata["help"]
+
+
+def toml_text(value: Any) -> str:
+    """A default as a TOML value (``"fedavg"``, ``0.05``, ``true``, ``[0.5, 0.6]``)."""
+    if isinstance(value, tuple):
+        value = list(value)
+    if value is None:
+        return "none"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if value != value else "inf" if value > 0 else "-inf"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def config_from_text(text: str, **overrides: Any) -> Config:

@@ -235,3 +235,37 @@ def test_validate_checks_config_and_data_without_training(tmp_path, capsys):
 def test_run_needs_out_or_resume(capsys):
     code, _, err = run_cli(["run", "dataset=digits"], capsys)
     assert code == 2 and "--out" in err
+
+
+def test_version_is_the_package_metadata(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fedretain {version('fedretain')}"
+
+
+def test_run_help_names_every_key_its_default_and_meaning(capsys):
+    import dataclasses
+
+    from fedretain.recipe.config import COMPONENTS, Config, describe_settings
+    from fedretain.registry import kind
+
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    params_fields = {c.params_field for c in COMPONENTS.values()}
+    for f in dataclasses.fields(Config):
+        if f.name not in params_fields:
+            assert f"  {f.name} = " in text, f.name
+    for s in describe_settings():
+        assert f"  {s.key} = {s.default}\n" in text and s.help.split()[0] in text, s.key
+    assert '  algorithm = "fedavg"' in text and "  rounds = 20" in text
+    for prefix, comp in COMPONENTS.items():
+        assert f"  {prefix}.<option>:" in text, prefix
+        for name in kind(comp.kind):  # every registered entry with its options
+            assert f"      {name}: " in text, (prefix, name)
+    assert "algo.mu=0.01" in text and "engine.chunk=0" in text
+    assert "partition.alpha=" in text

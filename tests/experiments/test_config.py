@@ -89,3 +89,24 @@ def test_bad_toml_file_is_one_line(tmp_path):
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_every_key_has_its_meaning_in_one_place():
+    import dataclasses
+
+    from fedretain.recipe.config import COMPONENTS, Config, describe_settings, param_help
+
+    for f in dataclasses.fields(Config):
+        assert f.metadata.get("help"), f"Config.{f.name} has no help text"
+    settings = {s.key: s for s in describe_settings()}
+    params_fields = {c.params_field for c in COMPONENTS.values()}
+    assert set(settings) == {f.name for f in dataclasses.fields(Config)} - params_fields
+    assert settings["rounds"].default == "20" and settings["algorithm"].default == '"fedavg"'
+    assert settings["targets"].default == "[0.5, 0.6, 0.7, 0.8, 0.9]"
+    assert settings["diagnostics"].default == "[]"
+    assert all(param_help(prefix) for prefix in COMPONENTS)
+
+
+def test_tracking_defaults_to_none_and_is_resolved():
+    cfg = make_config({})
+    assert cfg.tracking == "" and resolved(cfg)["tracking"] == ""

@@ -1,0 +1,130 @@
+"""Experiment tracking: a run's per-round metrics also in a tracker (``tracking=tensorboard``).
+
+A tracker is built as ``factory(out)`` (``out``: the run's results folder) and is told of the
+run's records, the rows of ``metrics.jsonl``:
+
+- ``start(records)`` once, when the run knows what it keeps: ``[]`` for a fresh run, the
+  checkpoint's records (rounds ``0..done``) for a resumed one;
+- ``record(record)`` for each evaluated round, as it is appended to ``metrics.jsonl``;
+- ``close()`` once, when the run ends (also when it stops early).
+
+A resumed run never duplicates points: the tracker keeps what was written up to the
+checkpoint and drops what a killed process wrote after it. A new tracker is one class with
+these methods and one line in :data:`TRACKERS`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Protocol
+
+from fedretain.errors import ConfigError
+from fedretain.recipe.config import Config
+from fedretain.registry import Registry
+
+
+class Tracker(Protocol):
+    def start(self, records: list[dict[str, Any]]) -> None:
+        """The run's records so far (``[]``, or a resumed run's up to its checkpoint)."""
+
+    def record(self, record: dict[str, Any]) -> None:
+        """One evaluated round's record (a row of ``metrics.jsonl``)."""
+
+    def close(self) -> None:
+        """The run has ended: write everything out."""
+
+
+def scalars(record: dict[str, Any]) -> dict[str, float]:
+    """The keys of a record that are numbers (not ``round``, the step; not None or bools)."""
+    return {
+        k: float(v)
+        for k, v in record.items()
+        if k != "round" and isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+class TensorBoardTracker:
+    """Every numeric key of each record as a TensorBoard scalar (tag: the key, step: the
+    round) in ``DIR/tensorboard/``, with torch's :class:`~torch.utils.tensorboard.SummaryWriter`
+    (``tensorboard --logdir DIR/tensorboard``).
+
+    A fresh run clears the folder. A resumed run at round ``done`` opens its writer with
+    ``purge_step = done + 1``: TensorBoard drops the points of rounds after the checkpoint that
+    the previous process wrote, and keeps those before it (each record is flushed as it comes,
+    so they are on disk before the checkpoint that covers them). A folder without event files
+    (tracking switched on at the resume) gets the kept records first.
+    """
+
+    def __init__(self, out: str | Path) -> None:
+        self.folder = Path(out) / "tensorboard"
+        self.writer: Any = None
+
+    def start(self, records: list[dict[str, Any]]) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.close()
+        if not records:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.writer = SummaryWriter(str(self.folder))
+            return
+        done = max(r["round"] for r in records)
+        replay = not any(self.folder.glob("events.out.tfevents.*"))
+        self.writer = SummaryWriter(str(self.folder), purge_step=done + 1)
+        if replay:
+            for r in records:
+                self.record(r)
+
+    def record(self, record: dict[str, Any]) -> None:
+        if self.writer is None:
+            self.start([])
+        for tag, value in scalars(record).items():
+            self.writer.add_scalar(tag, value, global_step=record["round"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def check_tensorboard(cfg: Config) -> None:
+    """``tracking=tensorboard`` needs the ``tensorboard`` package (torch's writer uses it)."""
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "tracking=tensorboard needs the tensorboard package "
+            "(pip install tensorboard, or reinstall fedretain)"
+        ) from None
+
+
+# factory(out) -> Tracker; ``check=fn(cfg)`` validates against the whole config
+TRACKERS = Registry("tracker", internal=("out",))
+TRACKERS.add(
+    "tensorboard",
+    TensorBoardTracker,
+    "each round's metrics as TensorBoard scalars in DIR/tensorboard/",
+    check=check_tensorboard,
+)
+
+
+class NoTracker:
+    """``tracking=""``: nothing is tracked beyond ``metrics.jsonl``."""
+
+    def start(self, records: list[dict[str, Any]]) -> None:
+        pass
+
+    def record(self, record: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_tracker(cfg: Config, out: str | Path) -> Tracker:
+    """The tracker ``cfg.tracking`` names for the results folder ``out``."""
+    return TRACKERS.build(cfg.tracking, {}, out) if cfg.tracking else NoTracker()
+
+
+__all__ = ["TRACKERS", "NoTracker", "TensorBoardTracker", "Tracker", "make_tracker", "scalars"]

@@ -1,0 +1,117 @@
+"""tracking=tensorboard: each record's numbers as TensorBoard scalars, no duplicates on resume."""
+
+import inspect
+
+import pytest
+
+from fedretain import registry
+from fedretain.errors import ConfigError
+from fedretain.experiments import run as run_module
+from fedretain.experiments.tracking import TensorBoardTracker, scalars
+from fedretain.recipe.config import make_config
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+RECORDS = [
+    {
+        "round": r,
+        "test_accuracy": 0.1 * r,
+        "train_loss": None if r == 0 else 1.0 / r,
+        "participants": 4,
+        "bytes_up": 1000 * r,
+    }
+    for r in range(6)
+]
+
+
+def points(folder, tag):
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    return [(e.step, round(e.value, 6)) for e in acc.Scalars(tag)]
+
+
+def test_scalars_are_the_numbers_of_a_record_but_the_step():
+    got = scalars({"round": 3, "test_accuracy": 0.5, "train_loss": None, "ok": True, "x": "a"})
+    assert got == {"test_accuracy": 0.5}
+
+
+def test_every_numeric_key_is_a_scalar_by_round(tmp_path):
+    tracker = TensorBoardTracker(tmp_path)
+    tracker.start([])
+    for r in RECORDS:
+        tracker.record(r)
+    tracker.close()
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {"test_accuracy", "train_loss", "participants", "bytes_up"}
+    assert points(tmp_path / "tensorboard", "test_accuracy") == [
+        (r, round(0.1 * r, 6)) for r in range(6)
+    ]
+    assert [s for s, _ in points(tmp_path / "tensorboard", "train_loss")] == [1, 2, 3, 4, 5]
+
+
+def test_resume_keeps_rounds_to_the_checkpoint_and_drops_the_rest(tmp_path):
+    first = TensorBoardTracker(tmp_path)  # killed after round 4, checkpoint at round 3
+    first.start([])
+    for r in RECORDS[:5]:
+        first.record(r)
+    first.close()
+    again = TensorBoardTracker(tmp_path)
+    again.start(RECORDS[:4])
+    for r in RECORDS[4:]:
+        again.record({**r, "test_accuracy": 9.0})
+    again.close()
+    got = points(tmp_path / "tensorboard", "test_accuracy")
+    assert got == [(0, 0.0), (1, 0.1), (2, 0.2), (3, 0.3), (4, 9.0), (5, 9.0)]
+
+
+def test_tracking_switched_on_at_resume_writes_the_kept_records(tmp_path):
+    tracker = TensorBoardTracker(tmp_path)
+    tracker.start(RECORDS[:3])
+    tracker.record(RECORDS[3])
+    tracker.close()
+    assert [s for s, _ in points(tmp_path / "tensorboard", "test_accuracy")] == [0, 1, 2, 3]
+
+
+def test_a_fresh_run_clears_an_old_folder(tmp_path):
+    old = TensorBoardTracker(tmp_path)
+    old.start([])
+    for r in RECORDS:
+        old.record(r)
+    old.close()
+    new = TensorBoardTracker(tmp_path)
+    new.start([])
+    new.record(RECORDS[0])
+    new.close()
+    assert points(tmp_path / "tensorboard", "test_accuracy") == [(0, 0.0)]
+
+
+@pytest.fixture
+def trackers(monkeypatch):
+    """The registry line this module asks for (a no-op once it is in registry.PROVIDERS)."""
+    monkeypatch.setitem(registry.PROVIDERS, "tracker", ("fedretain.experiments.tracking",))
+
+
+def test_the_tracking_key_is_checked(trackers):
+    assert make_config({}).tracking == ""
+    assert make_config({"tracking": "tensorboard"}).tracking == "tensorboard"
+    with pytest.raises(ConfigError, match="unknown tracker 'tensorbord'"):
+        make_config({"tracking": "tensorbord"})
+
+
+@pytest.mark.skipif(
+    "tracker" not in registry.PROVIDERS or "tracker" not in inspect.getsource(run_module.Run),
+    reason="needs the tracker line in registry.PROVIDERS and the tracker hooks in Run",
+)
+def test_a_run_with_tracking_writes_its_metrics_to_tensorboard(tmp_path, capsys):
+    from fedretain.cli import main
+    from fedretain.files import read_jsonl
+
+    fast = ["dataset=digits", "model=mlp", "model.hidden=[16]", "clients=4", "clients_per_round=2"]
+    out = tmp_path / "run"
+    args = [*fast, "rounds=3", "checkpoint_every=2", "tracking=tensorboard"]
+    assert main(["run", *args, "--out", str(out)]) == 0
+    assert main(["run", "--resume", str(out), "rounds=4"]) == 0
+    rows = read_jsonl(out / "metrics.jsonl")
+    got = points(out / "tensorboard", "test_accuracy")
+    assert got == [(r["round"], round(r["test_accuracy"], 6)) for r in rows]

@@ -33,7 +33,9 @@ def accuracy_under_attack(cfg: Config, count: int = 2, scale: float = 10.0) -> l
     """Test accuracy after each round of ``cfg`` with ``count`` attackers per round."""
     fed = build_federation(cfg)
     algorithm = attacked(fed.algorithm, count, scale)
-    rounds = Rounds(algorithm, fed.task, fed.clients, SequentialEngine())
+    rounds = Rounds(
+        algorithm, fed.task, fed.clients, SequentialEngine(), on_divergence=cfg.on_divergence
+    )
     state = algorithm.server_init(*fed.task.init())
     out = []
     for rnd in range(cfg.rounds):

@@ -324,9 +324,15 @@ def make_config(values: dict[str, Any]) -> Config:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """The file's settings, then the overrides. An override that chooses another component
+    (``partition=iid`` over a file's ``[partition]`` table) replaces the file's options of it."""
     values = load_toml(path) if path else {}
-    values.update(parse_overrides(overrides or []))
-    return make_config(values)
+    changes = parse_overrides(overrides or [])
+    for prefix, comp in COMPONENTS.items():
+        name = comp.name_field
+        if name in changes and name in values and changes[name] != values[name]:
+            values = {k: v for k, v in values.items() if not k.startswith(prefix + ".")}
+    return make_config({**values, **changes})
 
 
 def _positive(cfg: Config, *keys: str, minimum: float = 1) -> None:

@@ -110,3 +110,15 @@ def test_every_key_has_its_meaning_in_one_place():
 def test_tracking_defaults_to_none_and_is_resolved():
     cfg = make_config({})
     assert cfg.tracking == "" and resolved(cfg)["tracking"] == ""
+
+
+def test_an_override_choosing_another_component_replaces_the_files_options(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text(
+        '[partition]\nname = "dirichlet"\nalpha = 0.1\n[engine]\nname = "vmap"\nchunk = 5\n'
+    )
+    cfg = load_config(path, ["partition=iid", "engine=sequential"])
+    assert cfg.partition == "iid" and cfg.partition_params == {} and cfg.engine_params == {}
+    kept = load_config(path, ["partition=dirichlet", "partition.alpha=0.5"])
+    assert kept.partition_params == {"alpha": 0.5}  # the same component keeps its table
+    assert load_config(path).engine_params == {"chunk": 5}

@@ -41,7 +41,7 @@ from fedretain.experiments.tracking import make_tracker
 from fedretain.files import write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
 from fedretain.recipe.config import Config, resolved
-from fedretain.recipe.federation import Federation, build_federation, make_store
+from fedretain.recipe.federation import Federation, build_federation, client_store
 from fedretain.registry import kind
 
 
@@ -88,7 +88,7 @@ def build_rounds(cfg: Config, out: Path | None = None) -> tuple[Federation, Roun
         fed.task,
         fed.clients,
         engine,
-        make_store(cfg, out),
+        client_store(cfg, out),
         on_divergence=cfg.on_divergence,
     )
     return fed, rounds
@@ -134,7 +134,7 @@ class Run:
             fed.task,
             fed.clients,
             self.engine,
-            make_store(cfg, self.out),
+            client_store(cfg, self.out),
             on_divergence=cfg.on_divergence,
         )
         self.rounds.keep_local_models = any(o.needs_local_models for o in self.observers)

@@ -7,7 +7,7 @@ client or a benchmark needs, and no engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,6 @@ class Federation:
     def device(self) -> torch.device:
         return self.clients.device
 
-    def with_algorithm(self, algorithm: Algorithm) -> Federation:
-        return replace(self, algorithm=algorithm)
-
 
 def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -92,7 +89,7 @@ def make_clients(cfg: Config, dataset: Dataset) -> list[np.ndarray]:
     )
 
 
-def make_store(cfg: Config, out: Path | None) -> ClientStore:
+def client_store(cfg: Config, out: Path | None) -> ClientStore:
     """The config's client-state store (a disk store lives in ``out/client_state``)."""
     folder = out / "client_state" if out is not None else None
     name = cfg.store if out is not None else "memory"
@@ -143,8 +140,8 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
 __all__ = [
     "Federation",
     "build_federation",
+    "client_store",
     "local_optimizer",
     "make_clients",
-    "make_store",
     "resolve_device",
 ]

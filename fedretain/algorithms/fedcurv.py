@@ -73,7 +73,17 @@ def curvature_penalty(lambda_: float) -> ClosedFormPenalty:
     def gradient(params: Tree, state: Tree) -> Tree:
         return tree_map(lambda p, a, b: 2.0 * lambda_ * (p * a - b), params, state["A"], state["B"])
 
-    return ClosedFormPenalty(penalty, gradient)
+    def add_gradient(grads: Tree, params: Tree, state: Tree) -> Tree:
+        c = 2.0 * lambda_
+        return tree_map(
+            lambda g, p, a, b: torch.addcmul(g, p, a, value=c).sub_(b, alpha=c),
+            grads,
+            params,
+            state["A"],
+            state["B"],
+        )
+
+    return ClosedFormPenalty(penalty, gradient, add_gradient)
 
 
 def fedcurv(

@@ -59,7 +59,16 @@ def dyn_penalty(alpha: float) -> ClosedFormPenalty:
             state["client"]["g_i"],
         )
 
-    return ClosedFormPenalty(penalty, gradient)
+    def add_gradient(grads: Tree, params: Tree, state: Tree) -> Tree:
+        return tree_map(
+            lambda d, p, x, g: torch.add(d, p - x, alpha=alpha).sub_(g),
+            grads,
+            params,
+            state["down"]["x"],
+            state["client"]["g_i"],
+        )
+
+    return ClosedFormPenalty(penalty, gradient, add_gradient)
 
 
 def feddyn(*, alpha: float = 0.01, opt: Optimizer | None = None) -> Algorithm:

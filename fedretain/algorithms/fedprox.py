@@ -34,7 +34,11 @@ def prox_penalty(mu: float) -> ClosedFormPenalty:
     def gradient(params: Tree, state: Tree) -> Tree:
         return tree_map(lambda p, x: mu * (p - x), params, state["down"]["x"])
 
-    return ClosedFormPenalty(penalty, gradient)
+    def add_gradient(grads: Tree, params: Tree, state: Tree) -> Tree:
+        x = state["down"]["x"]
+        return tree_map(lambda g, p, x: torch.add(g, p - x, alpha=mu), grads, params, x)
+
+    return ClosedFormPenalty(penalty, gradient, add_gradient)
 
 
 def fedprox(

@@ -120,3 +120,16 @@ def test_closed_form_step_under_vmap_over_clients():
             torch.testing.assert_close(
                 together["params"][k][c], alone["params"][k], rtol=1e-6, atol=1e-6
             )
+
+
+@pytest.mark.parametrize("name", ["fedprox", "feddyn", "fedcurv"])
+def test_the_fused_add_equals_grads_plus_the_closed_form(name):
+    """``add_grad(g, p, s)`` (the step's hot path) is ``g + grad(p, s)``."""
+    penalty = PENALTIES[name]()
+    _, state, _, _ = _setup(False)
+    params = state["params"]
+    g = {k: torch.randn_like(v) for k, v in params.items()}
+    fused = penalty.add_grad(g, params, state)
+    plain = penalty.grad(params, state)
+    for k in g:
+        torch.testing.assert_close(fused[k], g[k] + plain[k], atol=1e-6, rtol=1e-6)

@@ -127,7 +127,13 @@ def settings_help(width: int = 100) -> str:
     """Every config key with its default and meaning (:class:`~fedretain.recipe.config.Config`
     fields' help), and every component's entries with their options and defaults (the
     registries): the tail of ``fedretain run --help``."""
-    from fedretain.recipe.config import COMPONENTS, NAMED, describe_settings, param_help
+    from fedretain.recipe.config import (
+        COMPONENTS,
+        NAMED,
+        describe_settings,
+        option_defaults,
+        param_help,
+    )
     from fedretain.registry import PROVIDERS, kind
 
     def wrap(text: str, indent: str) -> list[str]:
@@ -138,13 +144,9 @@ def settings_help(width: int = 100) -> str:
         out = []
         for name, entry in registry.items():
             out += wrap(f"{name}: {entry.description}", "      ")
-            params = registry.params(name)
-            if prefix and params:
-                opts = ", ".join(f"{prefix}.{k}={toml_text(v)}" for k, v in params.items())
-                out += wrap(opts, "          ")
+            if prefix and registry.params(name):
+                out += wrap(", ".join(option_defaults(prefix, name)), "          ")
         return out
-
-    from fedretain.recipe.config import toml_text
 
     lines = wrap(
         "settings, with their defaults (KEY=VALUE on the command line, KEY = VALUE in a "

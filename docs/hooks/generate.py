@@ -24,7 +24,7 @@ def _cell(text: Any) -> str:
 
 
 def settings() -> str:
-    from fedretain.recipe.config import COMPONENTS, describe_settings, param_help, toml_text
+    from fedretain.recipe.config import COMPONENTS, describe_settings, option_defaults, param_help
     from fedretain.registry import kind
 
     rows = ["| key | default | meaning |", "|---|---|---|"]
@@ -40,9 +40,7 @@ def settings() -> str:
         out += ["| name | what it is | options (defaults) |", "|---|---|---|"]
         registry = kind(comp.kind)
         for name, entry in registry.items():
-            opts = ", ".join(
-                f"`{prefix}.{k}={toml_text(v)}`" for k, v in registry.params(name).items()
-            )
+            opts = ", ".join(f"`{o}`" for o in option_defaults(prefix, name))
             out.append(f"| `{name}` | {_cell(entry.description)} | {opts or '-'} |")
         out.append("")
     return "\n".join(out)

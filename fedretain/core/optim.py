@@ -133,14 +133,16 @@ def server_sgd(lr: float = 1.0, momentum: float = 0.0, nesterov: bool = False) -
     return ServerOptimizer("sgd", opt.init, step, hparams)
 
 
-Tuple3 = tuple[Tree, Tree, Tensor]  # m, v, t
-
-
 def _adaptive(
-    name: str, second: Callable[[Tensor, Tensor], Tensor], lr: float, beta1: float, tau: float
-) -> tuple[Callable[[Tree], Tree], Callable[[Tree, Tree, Tree], Tuple3]]:
+    name: str,
+    second: Callable[[Tensor, Tensor], Tensor],
+    hparams: dict[str, float | bool],
+    eta: Callable[[Tensor], float | Tensor] | None = None,
+) -> ServerOptimizer:
     """The shared shape of FedAdagrad, FedAdam and FedYogi: ``m ← β1 m + (1 − β1) Δ``,
-    ``v ← second(v, Δ)``, ``x ← x + η_t m / (√v + τ)`` with ``Δ = −g = agg(y) − x``."""
+    ``v ← second(v, Δ)``, ``x ← x + η_t m / (√v + τ)`` with ``Δ = −g = agg(y) − x``;
+    ``η_t = eta(t)`` at the t-th update (default: ``lr``)."""
+    lr, tau, beta1 = hparams["lr"], hparams["tau"], hparams.get("beta1", 0.0)
     if not lr > 0 or not tau > 0 or not 0 <= beta1 < 1:
         raise ValueError(
             f"{name} needs server_opt.lr > 0, server_opt.tau > 0 and 0 <= server_opt.beta1 < 1"
@@ -150,16 +152,15 @@ def _adaptive(
         t = torch.zeros((), device=leaves(x)[0].device)
         return {"m": tree_zeros_like(x), "v": tree_zeros_like(x), "t": t}
 
-    def step(g: Tree, state: Tree, x: Tree) -> Tuple3:
+    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
         m = tree_map(lambda m, g: beta1 * m - (1 - beta1) * g, state["m"], g)
         v = tree_map(second, state["v"], g)
-        return m, v, state["t"] + 1
+        t = state["t"] + 1
+        step_size = lr if eta is None else eta(t)
+        new = tree_map(lambda x, m, v: x + step_size * m / (torch.sqrt(v) + tau), x, m, v)
+        return new, {"m": m, "v": v, "t": t}
 
-    return init, step
-
-
-def _apply(x: Tree, m: Tree, v: Tree, lr: float | Tensor, tau: float) -> Tree:
-    return tree_map(lambda x, m, v: x + lr * m / (torch.sqrt(v) + tau), x, m, v)
+    return ServerOptimizer(name, init, step, hparams)
 
 
 def fedadam(
@@ -172,59 +173,33 @@ def fedadam(
     """FedAdam: ``v ← β2 v + (1 − β2) Δ²``. With ``bias_correction`` the step is
     ``η √(1 − β2^(t+1)) / (1 − β1^(t+1))`` at the t-th update, as Flower 1.41's ``FedAdam``
     computes it; without, the paper's Algorithm 2 (``η``)."""
-    init, moments = _adaptive(
-        "fedadam", lambda v, g: beta2 * v + (1 - beta2) * g * g, lr, beta1, tau
+
+    def corrected(t: Tensor) -> Tensor:
+        return lr * torch.sqrt(1 - beta2 ** (t + 1)) / (1 - beta1 ** (t + 1))
+
+    hparams = {"lr": lr, "beta1": beta1, "beta2": beta2, "tau": tau}
+    return _adaptive(
+        "adam",
+        lambda v, g: beta2 * v + (1 - beta2) * g * g,
+        {**hparams, "bias_correction": bias_correction},
+        corrected if bias_correction else None,
     )
-
-    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
-        m, v, t = moments(g, state, x)
-        eta = (
-            lr * torch.sqrt(1 - beta2 ** (t + 1)) / (1 - beta1 ** (t + 1))
-            if bias_correction
-            else lr
-        )
-        return _apply(x, m, v, eta, tau), {"m": m, "v": v, "t": t}
-
-    hparams = {
-        "lr": lr,
-        "beta1": beta1,
-        "beta2": beta2,
-        "tau": tau,
-        "bias_correction": bias_correction,
-    }
-    return ServerOptimizer("adam", init, step, {**hparams, "bias_correction": bias_correction})
 
 
 def fedyogi(
     lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3
 ) -> ServerOptimizer:
     """FedYogi: ``v ← v − (1 − β2) Δ² sign(v − Δ²)``."""
-    init, moments = _adaptive(
-        "fedyogi",
+    return _adaptive(
+        "yogi",
         lambda v, g: v - (1 - beta2) * g * g * torch.sign(v - g * g),
-        lr,
-        beta1,
-        tau,
-    )
-
-    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
-        m, v, t = moments(g, state, x)
-        return _apply(x, m, v, lr, tau), {"m": m, "v": v, "t": t}
-
-    return ServerOptimizer(
-        "yogi", init, step, {"lr": lr, "beta1": beta1, "beta2": beta2, "tau": tau}
+        {"lr": lr, "beta1": beta1, "beta2": beta2, "tau": tau},
     )
 
 
 def fedadagrad(lr: float = 0.1, tau: float = 1e-3) -> ServerOptimizer:
     """FedAdagrad: ``v ← v + Δ²``, ``m = Δ`` (β1 = 0, as the paper's Algorithm 2 and Flower)."""
-    init, moments = _adaptive("fedadagrad", lambda v, g: v + g * g, lr, 0.0, tau)
-
-    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
-        m, v, t = moments(g, state, x)
-        return _apply(x, m, v, lr, tau), {"m": m, "v": v, "t": t}
-
-    return ServerOptimizer("adagrad", init, step, {"lr": lr, "tau": tau})
+    return _adaptive("adagrad", lambda v, g: v + g * g, {"lr": lr, "tau": tau})
 
 
 # the server optimizer of every algorithm whose server step is a model update

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
-from fedretain.engines.round import DivergenceError, Rounds
+from fedretain.engines.round import DivergenceError, Engine, Rounds
 from fedretain.experiments.checkpoint import (
     Checkpoint,
     fingerprint,
@@ -82,16 +82,16 @@ def build_rounds(cfg: Config, out: Path | None = None) -> tuple[Federation, Roun
     """The federation of ``cfg`` and its rounds on the config's engine, without a results
     folder (a disk store needs ``out``); for tests, benchmarks and notebooks."""
     fed = build_federation(cfg)
-    engine = kind("engine").build(cfg.engine, cfg.engine_params, fed)
-    rounds = Rounds(
-        fed.algorithm,
-        fed.task,
-        fed.clients,
-        engine,
-        client_store(cfg, out),
-        on_divergence=cfg.on_divergence,
+    return fed, rounds_of(fed, kind("engine").build(cfg.engine, cfg.engine_params, fed), out)
+
+
+def rounds_of(fed: Federation, engine: Engine, out: Path | None) -> Rounds:
+    """The rounds of ``fed`` on ``engine``, with the config's client store (a disk store in
+    ``out/client_state``) and divergence policy."""
+    store = client_store(fed.config, out)
+    return Rounds(
+        fed.algorithm, fed.task, fed.clients, engine, store, on_divergence=fed.config.on_divergence
     )
-    return fed, rounds
 
 
 class Run:
@@ -129,14 +129,7 @@ class Run:
             )
         if ckpt is None:
             shutil.rmtree(self.out / "client_state", ignore_errors=True)
-        self.rounds = Rounds(
-            fed.algorithm,
-            fed.task,
-            fed.clients,
-            self.engine,
-            client_store(cfg, self.out),
-            on_divergence=cfg.on_divergence,
-        )
+        self.rounds = rounds_of(fed, self.engine, self.out)
         self.rounds.keep_local_models = any(o.needs_local_models for o in self.observers)
         self.out.mkdir(parents=True, exist_ok=True)
         write_toml(self.out / "config.toml", resolved(cfg))
@@ -310,4 +303,4 @@ class Progress:
             self.bar.update(self.task, completed=rnd, **fields)
 
 
-__all__ = ["Progress", "Run", "build_rounds", "run_experiment"]
+__all__ = ["Progress", "Run", "build_rounds", "rounds_of", "run_experiment"]

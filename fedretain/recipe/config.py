@@ -378,20 +378,13 @@ def validate(cfg: Config) -> None:
     parse_lr_schedule(cfg.lr_schedule)
     if cfg.on_divergence not in ON_DIVERGENCE:
         raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
-    kind("loss").get(cfg.loss)
-    if cfg.tracking:  # the trackers of fedretain.experiments.tracking
-        check = kind("tracker").get(cfg.tracking).meta.get("check")
-        if check is not None:
-            check(cfg)
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
         raise ConfigError(f"device must be cpu or cuda[:N], got {cfg.device!r}")
     for prefix, comp in COMPONENTS.items():
         registry = kind(comp.kind)
         names = component_names(cfg, prefix)
-        defaults: dict[str, Any] = {}
         for name in names:
             registry.get(name)
-            defaults.update(registry.params(name))
         given = getattr(cfg, comp.params_field)
         if not names and given:
             raise ConfigError(
@@ -402,11 +395,15 @@ def validate(cfg: Config) -> None:
             owner = next((n for n in names if key in registry.params(n)), names[0])
             checked.update(registry.check(owner, {key: value}, prefix))
         setattr(cfg, comp.params_field, checked)
-    for prefix, comp in COMPONENTS.items():  # what a component checks across the config
-        for name in component_names(cfg, prefix):
-            check = kind(comp.kind).get(name).meta.get("check")
-            if check is not None:
-                check(cfg)
+    # what a component checks across the config; loss and tracking are named, without options
+    picked = [(c.kind, n) for p, c in COMPONENTS.items() for n in component_names(cfg, p)]
+    picked.append(("loss", cfg.loss))
+    if cfg.tracking:
+        picked.append(("tracker", cfg.tracking))
+    for kind_name, name in picked:
+        check = kind(kind_name).get(name).meta.get("check")
+        if check is not None:
+            check(cfg)
     from fedretain.algorithms import check_server_side  # loaded on use, as kind() does
 
     chosen = {"server_opt": bool(cfg.server_opt), "aggregator": cfg.aggregator != "mean"}
@@ -418,10 +415,8 @@ def validate(cfg: Config) -> None:
         value = component_params(cfg, prefix)[param] if param else getattr(cfg, prefix)
         if not ok(value):
             raise ConfigError(f"{cfg.algorithm} with {key}={value}: {why}")
-    try:  # components cheap to build check their parameters' ranges when built
-        kind("participation").build(cfg.participation, cfg.participation_params, 1, 1, 0)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    # components cheap to build check their parameters' ranges when built
+    kind("participation").build(cfg.participation, cfg.participation_params, 1, 1, 0)
     for prefix in ("optimizer", "server_opt", "aggregator"):
         comp = COMPONENTS[prefix]
         for name in component_names(cfg, prefix):
@@ -470,6 +465,12 @@ def param_help(prefix: str) -> str:
     """The meaning of the ``<prefix>.<option>`` keys (the ``*_params`` field's help)."""
     params_field = COMPONENTS[prefix].params_field
     return next(f for f in dataclasses.fields(Config) if f.name == params_field).metadata["help"]
+
+
+def option_defaults(prefix: str, name: str) -> list[str]:
+    """``<prefix>.<option>=<default>`` for each option of component ``name``."""
+    registry = kind(COMPONENTS[prefix].kind)
+    return [f"{prefix}.{k}={toml_text(v)}" for k, v in registry.params(name).items()]
 
 
 def toml_text(value: Any) -> str:

@@ -10,7 +10,14 @@ from collections.abc import Iterable
 
 
 class FedRetainError(Exception):
-    """A user-facing error: bad configuration, missing or corrupt data, impossible request."""
+    """A user-facing error: bad configuration, missing or corrupt data, impossible request.
+
+    Its text is always one line: a wrapped library message (an unpickling error spans two)
+    has its whitespace folded.
+    """
+
+    def __str__(self) -> str:
+        return " ".join(super().__str__().split())
 
 
 class ConfigError(FedRetainError):

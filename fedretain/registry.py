@@ -46,6 +46,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "store": ("fedretain.engines.store",),
     "diagnostic": ("fedretain.experiments.diagnostics",),
     "tracker": ("fedretain.experiments.tracking",),
+    "privacy": ("fedretain.privacy.mechanisms",),
 }
 
 _REGISTRIES: dict[str, Registry] = {}

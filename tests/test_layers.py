@@ -28,6 +28,8 @@ LAYERS = {
     "algorithms": 5,
     "engines": 5,
     "metrics": 5,
+    "continual": 5,
+    "privacy": 5,
     "core": 4,
     "data": 3,
     "models": 3,

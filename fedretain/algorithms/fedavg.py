@@ -18,7 +18,7 @@ from torch import Tensor
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.server import ServerStep, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.local import Correct, Penalty, make_local_init, make_local_step
+from fedretain.core.local import Correct, LocalRule, Penalty, make_local_init, make_local_step
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.tree import Tree
 
@@ -56,16 +56,19 @@ def fedavg(
     ) -> tuple[Tree, dict]:
         return step(server_state, {"y": uplinks["y"], "buffers": uplinks["buffers"]}, weights), {}
 
+    # the local rule, for transformations of the local step (DP-SGD)
+    rule = LocalRule(opt, penalty, correct, make_local_step(opt, penalty, correct))
     return Algorithm(
         name="fedavg",
         server_init=step.init,
         client_init=no_client_state,
         broadcast=broadcast_model,
         local_init=make_local_init(opt),
-        local_step=make_local_step(opt, penalty, correct),
+        local_step=rule.step,
         local_final=upload_model,
         aggregate=aggregate,
         downlink_keys=("x", "buffers"),
         uplink_keys=("y", "buffers"),
         hparams={"weighted": weighted},
+        local_rule=rule,
     )

@@ -80,6 +80,10 @@ class Algorithm:
 
     ``schedule`` is ``"minibatch"`` (local epochs or steps of ``batch_size``) or
     ``"full_batch"`` (one step on the client's whole data, as the SGD baseline).
+
+    ``local_rule`` (:class:`~fedretain.core.local.LocalRule`, set by ``fedavg``) records the
+    optimiser and hooks ``local_step`` was built from, for transformations of the local step;
+    None when the algorithm's local step is its own.
     """
 
     name: str
@@ -98,6 +102,11 @@ class Algorithm:
     # FedReg-style pseudo-data settings (eta_s, eta_p, steps) the algorithm generates with; the
     # forgetting diagnostics' Fisher correlation uses them (None: the diagnostic's defaults)
     pseudo_data: dict[str, float] | None = None
+    local_rule: Any = None  # a fedretain.core.local.LocalRule, or None
+
+    def follows_local_rule(self) -> bool:
+        """Whether ``local_step`` is the one ``local_rule`` built (not replaced since)."""
+        return self.local_rule is not None and self.local_rule.step is self.local_step
 
     def global_model(self, server_state: Tree) -> tuple[Tree, Tree]:
         """The model to evaluate: parameters and buffers."""

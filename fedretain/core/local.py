@@ -7,7 +7,8 @@ loss) or a :class:`ClosedFormPenalty`, whose gradient is given in closed form an
 to the task loss's gradient, with no autograd through the penalty. The step state built by
 :func:`local_init` keeps the received downlink under ``"down"`` and the client's persistent
 state under ``"client"``, so hooks read what they need (``state["down"]["x"]``,
-``state["client"]["c_i"]``) without extra plumbing.
+``state["client"]["c_i"]``) without extra plumbing. A ``gradient`` hook replaces the task
+loss's autograd gradient (DP-SGD's clipped, noised per-example gradients).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from fedretain.core.task import Batch
 from fedretain.core.tree import Tree, leaves, tree_map
 
 Correct = Callable[[Tree, Tree], Tree]
+# gradient(state, batch, ctx) -> (grads, loss, new_buffers, state): the task loss's gradient
+# in state["params"] (in place of autograd's), the loss to report, the buffers after the
+# forward pass, and the step state carrying what the hook keeps (a noise generator's state)
+Gradient = Callable[[Tree, Batch, ClientContext], tuple[Tree, Tensor, Tree, Tree]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,23 @@ class ClosedFormPenalty:
 Penalty = Callable[[Tree, Tree], Tensor] | ClosedFormPenalty
 
 
+@dataclass(frozen=True)
+class LocalRule:
+    """How a FedAvg-style ``local_step`` was built: ``step`` is
+    :func:`fedretain.core.local.make_local_step` of ``(opt, penalty, correct)``.
+
+    Transformations of the local step (DP-SGD, :func:`fedretain.privacy.dpsgd.with_dpsgd`)
+    rebuild it from the rule. An algorithm made from :func:`fedretain.algorithms.fedavg.fedavg`
+    by replacing ``local_step`` with its own (FedReg, MOON, ...) inherits the rule but not its
+    step: :meth:`~fedretain.core.algorithm.Algorithm.follows_local_rule` tells the two apart.
+    """
+
+    opt: Optimizer
+    penalty: Penalty | None
+    correct: Correct | None
+    step: LocalStepFn
+
+
 def make_local_init(opt: Optimizer) -> LocalInitFn:
     """Start local training from the received global model ``down["x"]``."""
 
@@ -76,13 +98,20 @@ def make_local_init(opt: Optimizer) -> LocalInitFn:
 
 
 def make_local_step(
-    opt: Optimizer, penalty: Penalty | None = None, correct: Correct | None = None
+    opt: Optimizer,
+    penalty: Penalty | None = None,
+    correct: Correct | None = None,
+    gradient: Gradient | None = None,
 ) -> LocalStepFn:
     """One optimiser step on ``task loss + penalty``, with the gradient passed through ``correct``.
 
     A penalty with a closed-form gradient (``penalty.grad``) is not differentiated: autograd
     runs on the task loss alone and the penalty's gradient is added leafwise. The reported
     ``loss`` is the task loss alone (before the penalty).
+
+    ``gradient`` (see :data:`Gradient`) replaces the task loss's gradient; the penalty's
+    gradient (autograd or closed form) is then computed apart and added to it, and ``correct``
+    applies as usual.
     """
     closed = getattr(penalty, "grad", None)
     autograd_penalty = None if closed is not None else penalty
@@ -93,7 +122,13 @@ def make_local_step(
             total = loss + autograd_penalty(p, state) if autograd_penalty is not None else loss
             return total, (loss.detach(), new_buffers)
 
-        grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
+        if gradient is None:
+            grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
+        else:
+            grads, loss, new_buffers, state = gradient(state, batch, ctx)
+            if autograd_penalty is not None:
+                extra = penalty_grad(ctx, autograd_penalty, state)
+                grads = tree_map(torch.add, grads, extra)
         if closed is not None:
             grads = penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
         if correct is not None:
@@ -101,6 +136,15 @@ def make_local_step(
         return advance(opt, state, grads, new_buffers), {"loss": loss}
 
     return local_step
+
+
+def penalty_grad(ctx: ClientContext, penalty: Penalty, state: Tree) -> Tree:
+    """Autograd's gradient of ``penalty(params, state)`` in ``state["params"]``."""
+
+    def value(p: Tree) -> tuple[Tensor, None]:
+        return penalty(p, state), None
+
+    return ctx.task.grad_and_aux(value, state["params"])[0]
 
 
 def advance(opt: Optimizer, state: Tree, direction: Tree, buffers: Tree) -> Tree:
@@ -119,8 +163,11 @@ __all__ = [
     "Batch",
     "ClosedFormPenalty",
     "Correct",
+    "Gradient",
+    "LocalRule",
     "Penalty",
     "advance",
     "make_local_init",
     "make_local_step",
+    "penalty_grad",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedretain.engines.auto import auto_engine
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.engines.vmap import vmap_engine
 from fedretain.registry import Registry
@@ -20,5 +21,10 @@ def sequential(fed: Any) -> SequentialEngine:
 
 
 ENGINES = Registry("engine")
+ENGINES.add(
+    "auto",
+    auto_engine,
+    "vmap where the algorithm and model allow it (compiled for long runs), else sequential",
+)
 ENGINES.add("sequential", sequential, "one client after another: the reference")
 ENGINES.add("vmap", vmap_engine, "clients trained together under torch.func.vmap (chunk, compile)")

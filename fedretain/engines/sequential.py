@@ -13,6 +13,7 @@ from fedretain.engines.round import OpenRound, Rounds, Trained, train_client
 
 class SequentialEngine:
     name = "sequential"
+    choice = ""  # engine=auto: why this engine was chosen
     store = None  # the run's store keeps the client states
     remote = False
 

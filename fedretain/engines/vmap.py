@@ -70,6 +70,7 @@ class VmapEngine:
     """Trains a chunk of clients per vmapped call."""
 
     name = "vmap"
+    choice = ""  # engine=auto: why this engine was chosen
     store = None  # the run's store keeps the client states
     remote = False
 

@@ -1,7 +1,8 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
 A checkpoint holds the server state, every stored client state, the ledger, the torch RNG
-states, the metrics so far and the elapsed time. (Client sampling and mini-batch orders are
+states, the metrics so far, the elapsed time and the JSON state of a run's other parts (the
+privacy accountants). (Client sampling and mini-batch orders are
 pure functions of seed, round and client, so they need no saved state.) Tensors go to a
 ``safetensors`` file, everything else to JSON: nothing is unpickled when a checkpoint loads,
 so a crafted checkpoint cannot run code.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ class Checkpoint:
     cuda_rng: list[torch.Tensor]
     fingerprint: dict[str, Any]  # the resolved config the state belongs to
     client_dir: Path | None = None  # loading a disk store's checkpoint: its snapshot folder
+    extra: dict[str, Any] = field(default_factory=dict)  # JSON state of a run's other parts
 
     def restore_clients(self, store: ClientStore) -> None:
         """Put the checkpoint's client states into the engine's (empty) store."""
@@ -121,6 +123,7 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
             "records": ckpt.records,
             "elapsed": ckpt.elapsed,
             "fingerprint": ckpt.fingerprint,
+            "extra": ckpt.extra,
         },
     )
     if old and old.get("tensors") != name:
@@ -168,6 +171,7 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
             cuda_rng=[flat[f"rng/cuda/{i}"] for i in range(int(meta["cuda_rng"]))],
             fingerprint=meta["fingerprint"],
             client_dir=folder / meta["client_dir"] if meta.get("client_dir") else None,
+            extra=meta.get("extra", {}),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"checkpoint in {folder} is incomplete or corrupt ({e!r})") from None

@@ -106,6 +106,12 @@ class Run:
             kind("diagnostic").build(name, self._params_of(name), self) for name in cfg.diagnostics
         ]
         self.tracker = make_tracker(cfg, self.out)
+        privacy = self.fed.privacy
+        self.accountant = (
+            privacy.accountant(self.fed.clients, self.fed.algorithm, cfg.clients_per_round)
+            if privacy is not None
+            else None
+        )
         self.server_state: Tree = {}
         self.rounds: Rounds  # made by start(): a fresh run clears an old disk store first
         self.records: list[dict[str, Any]] = []
@@ -142,6 +148,8 @@ class Run:
         ckpt.restore_clients(self.rounds.store)
         self.rounds.ledger.load_state(ckpt.ledger)
         self.records, self.done, self.elapsed0 = ckpt.records, ckpt.round, ckpt.elapsed
+        if self.accountant is not None:
+            self.accountant.load_state(ckpt.extra["accountant"])
         torch.set_rng_state(ckpt.torch_rng)
         if ckpt.cuda_rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt.cuda_rng)
@@ -159,6 +167,8 @@ class Run:
             self.server_state, rnd, self.cfg.lr_at(rnd), clients=clients
         )
         self.done = rnd + 1
+        if self.accountant is not None:
+            self.accountant.after_round(rnd, clients.tolist(), self.cfg.lr_at(rnd))
         for observer in self.observers:
             observer.after_round(rnd)
         for key in self.pending:
@@ -188,6 +198,8 @@ class Run:
         }
         if self.engine.remote:
             record["lost_replies"] = int(self.pending["lost_replies"])
+        if self.accountant is not None:
+            record.update(self.accountant.metrics())
         self.pending = dict.fromkeys(self.pending, 0.0)
         self.records.append(record)
         write_jsonl(self.out / "metrics.jsonl", self.records)
@@ -211,6 +223,7 @@ class Run:
                 torch_rng=torch.get_rng_state(),
                 cuda_rng=torch.cuda.get_rng_state_all() if cuda else [],
                 fingerprint=fingerprint(self.cfg),
+                extra={} if self.accountant is None else {"accountant": self.accountant.state()},
             ),
         )
 
@@ -237,6 +250,7 @@ class Run:
             "name": cfg.label,
             "algorithm": cfg.algorithm,
             "engine": self.engine.name,
+            **({"engine_choice": self.engine.choice} if getattr(self.engine, "choice", "") else {}),
             "final_accuracy": final["test_accuracy"],
             "final_loss": final["test_loss"],
             "top_accuracy": top_accuracy(self.records),
@@ -252,6 +266,11 @@ class Run:
             },
             "clients_with_state": len(self.rounds.store),
             "skipped_updates": int(sum(r.get("skipped_clients", 0) for r in self.records)),
+            **(
+                {"privacy": {"mechanism": cfg.privacy, **self.accountant.metrics()}}
+                if self.accountant is not None
+                else {}
+            ),
             "server_state_bytes": {
                 k: tree_bytes(v) if isinstance(v, dict) else tree_bytes({k: v})
                 for k, v in state.items()

@@ -41,7 +41,7 @@ class Config:
 
     A named component (``algorithm``, ``dataset``, ``partition``, ``model``, ``participation``,
     ``optimizer``, ``server_opt``, ``aggregator``, ``loss``, ``engine``, ``store``,
-    ``diagnostics``; an empty name chooses none) takes its parameters as
+    ``diagnostics``, ``privacy``; an empty name chooses none) takes its parameters as
     ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for the algorithm);
     :data:`COMPONENTS` maps each prefix to its fields and its registry.
     """
@@ -108,9 +108,10 @@ class Config:
         factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9],
     )
     engine: str = setting(
-        "sequential",
-        "sequential (the reference); vmap: the round's clients trained together (same "
-        "numbers); flower: the clients as Flower ClientApps",
+        "auto",
+        "auto: vmap where the algorithm and model allow it (compiled for long runs), else "
+        "sequential; sequential (the reference); vmap: the round's clients trained together "
+        "(same numbers); flower: the clients as Flower ClientApps",
     )
     device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
     threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
@@ -130,6 +131,12 @@ class Config:
         help='observers of the run, e.g. ["forgetting"] (DIR/forgetting.jsonl)',
         factory=list,
     )
+    privacy: str = setting(
+        "",
+        "differential privacy: empty for none; dpsgd (sample-level DP-SGD in local training, "
+        "each client's epsilon accounted), client_fixed or client_adaptive (client-level "
+        "DP-FedAvg: each update clipped, Gaussian noise added on the server)",
+    )
     tracking: str = setting(
         "",
         "experiment tracking: empty for none, or tensorboard (each round's metrics also as "
@@ -148,6 +155,7 @@ class Config:
     engine_params: dict[str, Any] = setting(help="the engine's options", factory=dict)
     store_params: dict[str, Any] = setting(help="the client store's options", factory=dict)
     diagnostics_params: dict[str, Any] = setting(help="the diagnostics' options", factory=dict)
+    privacy_params: dict[str, Any] = setting(help="the privacy mechanism's options", factory=dict)
 
     @property
     def label(self) -> str:
@@ -185,6 +193,7 @@ COMPONENTS = {
     "engine": Component("engine", "engine_params", "engine"),
     "store": Component("store", "store_params", "store"),
     "diagnostics": Component("diagnostics", "diagnostics_params", "diagnostic"),
+    "privacy": Component("privacy", "privacy_params", "privacy"),
 }
 # keys that name a registry entry without options: key -> its registry's kind
 NAMED = {"loss": "loss", "tracking": "tracker"}
@@ -421,6 +430,17 @@ def validate(cfg: Config) -> None:
         comp = COMPONENTS[prefix]
         for name in component_names(cfg, prefix):
             kind(comp.kind).build(name, getattr(cfg, comp.params_field), prefix=prefix)
+    if cfg.privacy:
+        privacy_mechanism(cfg)
+
+
+def privacy_mechanism(cfg: Config) -> Any:
+    """The config's privacy mechanism (:mod:`fedretain.privacy.mechanisms`), or None."""
+    if not cfg.privacy:
+        return None
+    registry = kind("privacy")
+    supplied = {"batch_size": cfg.batch_size} if registry.takes(cfg.privacy, "batch_size") else {}
+    return registry.build(cfg.privacy, cfg.privacy_params, prefix="privacy", **supplied)
 
 
 def resolved(cfg: Config) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from fedretain.engines.store import STORES, ClientStore
 from fedretain.errors import ConfigError, DataError
 from fedretain.losses import get_loss
 from fedretain.models import build_model
-from fedretain.recipe.config import Config
+from fedretain.recipe.config import Config, privacy_mechanism
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Federation:
     task: Task
     algorithm: Algorithm
     participation: Participation
+    privacy: Any = None  # the config's privacy mechanism (fedretain.privacy.mechanisms) or None
 
     @property
     def parts(self) -> list[np.ndarray]:
@@ -122,6 +123,9 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
     algorithm = build_algorithm(
         cfg.algorithm, opt=local_optimizer(cfg), **server_side(cfg), **cfg.algo
     )
+    privacy = privacy_mechanism(cfg)
+    if privacy is not None:
+        algorithm = privacy.apply(algorithm, task.model)
     local = LocalSpec(cfg.batch_size, cfg.local_epochs, cfg.local_steps)
     participation = PARTICIPATIONS.build(
         cfg.participation, cfg.participation_params, len(parts), cfg.clients_per_round, cfg.seed
@@ -134,6 +138,7 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         task=task,
         algorithm=algorithm,
         participation=participation,
+        privacy=privacy,
     )
 
 

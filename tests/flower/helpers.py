@@ -43,6 +43,7 @@ BASE = {
     "seed": 1,  # samples {0, 1, 3}, then {0, 2, 3}
     "threads": 1,
     "checkpoint_every": 0,
+    "engine": "sequential",  # the reference (engine=flower replaces it)
 }
 
 

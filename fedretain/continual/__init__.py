@@ -1,0 +1,17 @@
+"""Class-incremental federated learning: task sequences, the ACGAN for generative replay and
+measures of a generator's quality.
+
+The setting is FedCIL's (Qi, Zhao & Li, *Better Generative Replay for Continual Federated
+Learning*, ICLR 2023, arXiv:2302.13001): every client learns a sequence of
+tasks of new classes, keeps no data of past tasks, and the server's global model must classify
+every class that any client has seen so far.
+
+- :mod:`fedretain.continual.tasks`: the task plan (which classes and samples each client has in
+  each task, App. A of the paper) and :class:`~fedretain.continual.tasks.TaskData`, the view
+  that hands a client only its current task's samples.
+- :mod:`fedretain.continual.acgan`: the conditional generator and the discriminator with an
+  auxiliary classifier (Odena, Olah & Shlens, *Conditional Image Synthesis with Auxiliary
+  Classifier GANs*, ICML 2017, arXiv:1610.09585), with their losses and seeded sampling.
+- :mod:`fedretain.continual.quality`: a Fréchet distance on the features of a small classifier
+  trained on the real data (cached on disk) and PNG grids of generated samples.
+"""

@@ -1,0 +1,54 @@
+"""engine=auto: the vectorised engine where it applies (with the sequential engine's numbers),
+the sequential engine otherwise, compiled only for runs long enough to pay for it."""
+
+import pytest
+
+from fedretain.algorithms import ALGORITHMS
+from fedretain.engines import auto
+from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.vmap import VmapEngine
+from fedretain.experiments.run import build_rounds, run_experiment
+from fedretain.recipe.config import Config, make_config
+from fedretain.recipe.federation import build_federation
+from tests.engines.test_vmap_conformance import BASE, OVERRIDES, _max_diff, _run
+
+
+def test_auto_is_the_default_engine():
+    assert Config().engine == "auto"
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_auto_gives_the_sequential_engines_numbers(name):
+    extra = OVERRIDES.get(name, {})
+    seq_state, _ = _run({"algorithm": name, "engine": "sequential", **extra})
+    auto_state, rounds = _run({"algorithm": name, "engine": "auto", **extra})
+    vectorisable = ALGORITHMS.build(name, {}).vectorisable if name != "moon" else True
+    assert isinstance(rounds.engine, VmapEngine if vectorisable else SequentialEngine)
+    assert _max_diff(seq_state, auto_state) < 1e-5
+
+
+def test_auto_falls_back_to_sequential_for_batchnorm(capsys):
+    cfg = {**BASE, "model": "resnet20", "model.norm": "batch", "rounds": 1}
+    _fed, rounds = build_rounds(make_config({k: v for k, v in cfg.items() if k != "model.hidden"}))
+    assert isinstance(rounds.engine, SequentialEngine)
+    assert "BatchNorm" in capsys.readouterr().out
+
+
+def test_auto_compiles_only_long_runs_with_a_compiler(monkeypatch):
+    short = build_federation(make_config({**BASE, "rounds": 2}))
+    assert auto.choose(short)[:2] == ("vmap", False)
+    # 9 clients, 5 per round, digits split 9 ways (~200 samples), batch 16, 2 epochs: ~26 steps
+    long = build_federation(make_config({**BASE, "rounds": 1000}))
+    assert auto.client_steps(long) >= auto.COMPILE_CLIENT_STEPS
+    assert auto.choose(long)[:2] == ("vmap", True)
+    monkeypatch.setattr(auto.shutil, "which", lambda name: None)
+    name, compiled, why = auto.choose(long)
+    assert (name, compiled) == ("vmap", False) and "compiler" in why
+
+
+def test_auto_writes_its_choice_to_the_summary(tmp_path, capsys):
+    cfg = make_config({**BASE, "rounds": 1, "engine": "auto"})
+    summary = run_experiment(cfg, tmp_path, progress=False)
+    assert summary["engine"] == "vmap"
+    assert summary["engine_choice"].startswith("vmap: vectorisable")
+    assert "engine=auto: vmap" in capsys.readouterr().out

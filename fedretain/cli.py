@@ -1,4 +1,4 @@
-"""The ``fedretain`` command line: run, compare, partition, list.
+"""The ``fedretain`` command line: run, validate, compare, partition, list, privacy, reproduce.
 
 Errors the user can fix print one line (``error: ...``) and exit with status 2.
 """
@@ -76,15 +76,61 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from fedretain.data.partition import class_counts, summary
     from fedretain.experiments.plots import plot_partition
     from fedretain.recipe.config import load_config
-    from fedretain.recipe.federation import make_clients
+    from fedretain.recipe.federation import describe_task_plan, make_clients
 
     cfg = load_config(args.config, args.overrides)
     ds = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
+    plan = describe_task_plan(cfg, ds)
+    if plan is not None:  # a continual scenario: its task plan is the partition
+        print(plan)
+        return 0
     parts = make_clients(cfg, ds)
     print(summary(parts, ds.train_labels, ds.num_classes))
     if args.out:
         plot_partition(class_counts(parts, ds.train_labels, ds.num_classes), args.out)
         print(f"heat map written to {args.out}")
+    return 0
+
+
+def _cmd_privacy(args: argparse.Namespace) -> int:
+    from fedretain.experiments.privacy import Study, run_privacy
+
+    study = Study(
+        targets=args.targets,
+        attack=args.attack,
+        iterations=args.iterations,
+        restarts=args.restarts,
+        steps=args.steps,
+        sigmas=tuple(float(s) for s in args.sigmas.split(",") if s.strip()),
+        max_grad_norm=args.max_grad_norm,
+        train=not args.no_train,
+        seed=args.seed,
+    )
+    result = run_privacy(args.config, args.overrides, args.out, study)
+    line = f"sigma* {result['sigma_matched']:g}"
+    if "runs" in result:
+        accs = ", ".join(f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items())
+        line += f"; final accuracy: {accs}"
+    print(f"{line}; report written to {Path(args.out) / 'report.md'}")
+    return 0
+
+
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from fedretain.errors import ConfigError
+    from fedretain.experiments.reproduce import list_presets, reproduce
+
+    if args.list:
+        print("\n".join(list_presets()))
+        return 0
+    if not args.names:
+        raise ConfigError("reproduce needs a preset NAME (or --list to see them)")
+    names = [n for n in args.names if "=" not in n]
+    extra = [n for n in args.names if "=" in n]  # KEY=VALUE settings for every run
+    if not names:
+        raise ConfigError("reproduce needs a preset NAME before its KEY=VALUE settings")
+    if not args.out:
+        raise ConfigError("reproduce needs --out DIR for its runs and report")
+    reproduce(names, args.out, args.scale, args.seeds, args.jobs, args.data_dir, extra)
     return 0
 
 
@@ -113,6 +159,9 @@ LISTS = {
     "engines": "engine",
     "stores": "store",
     "diagnostics": "diagnostic",
+    "privacy": "privacy",
+    "scenarios": "scenario",
+    "replays": "replay",
 }
 
 
@@ -221,6 +270,54 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--out", help="PNG heat map to write")
     part.add_argument("overrides", nargs="*", help="KEY=VALUE, e.g. partition=dirichlet")
     part.set_defaults(fn=_cmd_partition)
+
+    priv = sub.add_parser(
+        "privacy",
+        help="gradient inversion against FedReg with MG and DP-SGD (FedReg's Table 4)",
+        description="Attack one local step of a client holding one training image under FedAvg, "
+        "FedReg with MG and FedAvg with DP-SGD over a grid of noise multipliers; pick the "
+        "smallest sigma whose PSNR is at most FedReg-MG's; train FedAvg, FedReg-MG and FedAvg "
+        "and FedProx with DP-SGD at that sigma; write DIR/report.md. Resumable.",
+    )
+    priv.add_argument("--config", help="a TOML file of settings (the training setting)")
+    priv.add_argument("--out", required=True, help="folder of the attacks, runs and report.md")
+    priv.add_argument("--targets", type=int, default=8, help="training images attacked")
+    priv.add_argument("--attack", default="ig", help="ig (default), dlg or idlg")
+    priv.add_argument("--iterations", type=int, default=300, help="attack iterations")
+    priv.add_argument("--restarts", type=int, default=1, help="attack restarts (lowest loss kept)")
+    priv.add_argument("--steps", type=int, default=1, help="local steps of the attacked client")
+    priv.add_argument(
+        "--sigmas",
+        default="0.001,0.003,0.01,0.03,0.1,0.3,1",
+        help="DP-SGD noise multipliers to attack, increasing, comma-separated",
+    )
+    priv.add_argument("--max-grad-norm", type=float, default=1.0, help="DP-SGD clipping norm C")
+    priv.add_argument("--no-train", action="store_true", help="attacks only, no training runs")
+    priv.add_argument("--seed", type=int, default=0, help="seed of the targets and the attack")
+    priv.add_argument("overrides", nargs="*", help="KEY=VALUE settings, e.g. rounds=10")
+    priv.set_defaults(fn=_cmd_privacy)
+
+    rep = sub.add_parser(
+        "reproduce",
+        help="reproduce a paper's table (or the demo): runs, report with verdicts",
+        description="Run a preset's runs (resumably: finished runs are skipped, interrupted "
+        "ones continued) and write DIR/report.md: the paper's numbers beside ours, each claim "
+        "with its verdict, plots, and the command that reproduces it.",
+    )
+    rep.add_argument("names", nargs="*", metavar="NAME", help="preset(s), or all; then KEY=VALUE")
+    rep.add_argument("--list", action="store_true", help="list the presets")
+    rep.add_argument("--out", help="folder of the runs and report.md")
+    rep.add_argument("--scale", default="small", help="ci, small (default) or paper")
+    rep.add_argument("--seeds", type=int, help="seeds per run (default: the preset's)")
+    rep.add_argument("--jobs", type=int, default=1, help="runs at a time, one process each")
+    rep.add_argument(
+        "--data-dir",
+        action="append",
+        default=[],
+        metavar="[DATASET=]DIR",
+        help="folder of the paper's dataset (repeat it, DATASET=DIR, for several)",
+    )
+    rep.set_defaults(fn=_cmd_reproduce)
 
     lst = sub.add_parser("list", help="list what is available")
     lst.add_argument("what", choices=list(LISTS), help="the kind of component")

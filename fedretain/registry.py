@@ -36,7 +36,7 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "algorithm": ("fedretain.algorithms",),
     "dataset": ("fedretain.data.datasets",),
     "partition": ("fedretain.data.partition",),
-    "model": ("fedretain.models",),
+    "model": ("fedretain.models", "fedretain.continual.zoo"),
     "loss": ("fedretain.losses",),
     "optimizer": ("fedretain.core.optim",),
     "server_opt": ("fedretain.core.optim",),
@@ -44,9 +44,11 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
     "participation": ("fedretain.engines.schedule",),
     "engine": ("fedretain.engines", "fedretain.flower"),
     "store": ("fedretain.engines.store",),
-    "diagnostic": ("fedretain.experiments.diagnostics",),
+    "diagnostic": ("fedretain.experiments.diagnostics", "fedretain.experiments.generator_quality"),
     "tracker": ("fedretain.experiments.tracking",),
     "privacy": ("fedretain.privacy.mechanisms",),
+    "scenario": ("fedretain.continual.scenario",),
+    "replay": ("fedretain.continual.replay", "fedretain.continual.dgr"),
 }
 
 _REGISTRIES: dict[str, Registry] = {}

@@ -26,6 +26,8 @@ from fedretain.algorithms.mimelite import mimelite
 from fedretain.algorithms.moon import moon
 from fedretain.algorithms.scaffold import scaffold
 from fedretain.algorithms.sgd import sgd
+from fedretain.continual.fedcil import fedcil
+from fedretain.continual.fedlwf import fedlwf2t
 from fedretain.core.algorithm import Algorithm
 from fedretain.core.optim import Optimizer, ServerOptimizer
 from fedretain.errors import ConfigError
@@ -36,8 +38,10 @@ from fedretain.registry import Registry
 # (``server_opt``/``aggregator`` in the signature: the algorithm's server step is a model update
 # that composes with them, :mod:`fedretain.algorithms.server`; ``server_step=why`` says why one
 # without them keeps its own)
+# (``model`` and ``rounds_per_task``: supplied by a continual federation to the continual methods)
 ALGORITHMS = Registry(
-    "algorithm", internal=("opt", "penalty", "correct", "server_opt", "aggregator")
+    "algorithm",
+    internal=("opt", "penalty", "correct", "server_opt", "aggregator", "model", "rounds_per_task"),
 )
 _add = ALGORITHMS.add
 _add("sgd", sgd, "one full-batch local step per round (FedReg's reference)")
@@ -111,6 +115,29 @@ _add(
 _add("fedreg", fedreg, "pseudo-data regularised local steps; mg: MG (Xu 2022)")
 _add("mimelite", mimelite, "server momentum in local steps (Karimireddy 2021)")
 _add("fedmlb", fedmlb, "hybrid paths through frozen global blocks (Kim 2022)")
+_CONTINUAL = {
+    "scenario": (bool, "it learns a sequence of tasks: set scenario=class_incremental"),
+    "model": (lambda m: m == "acgan", "it trains an ACGAN: set model=acgan"),
+}
+_add(
+    "fedcil",
+    fedcil,
+    "ACGAN replay, server consolidation, client consistency (Qi 2023); continual only",
+    requires=_CONTINUAL,
+    server_step="its server consolidates the merged ACGAN on generated samples (FedCIL eq. 10)",
+)
+_add(
+    "fedlwf2t",
+    fedlwf2t,
+    "distillation from the last-task model and the global model, T=2 (Usmanova 2021); "
+    "continual only",
+    requires={"scenario": _CONTINUAL["scenario"]},
+)
+
+
+def continual_only() -> tuple[str, ...]:
+    """The algorithms that run only in a continual scenario (they require ``scenario``)."""
+    return tuple(n for n, e in ALGORITHMS.items() if "scenario" in e.meta.get("requires", {}))
 
 
 def algorithm_params(name: str) -> dict[str, Any]:
@@ -124,13 +151,20 @@ def build_algorithm(
     *,
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
+    model: Any = None,
+    rounds_per_task: int | None = None,
     **hparams: Any,
 ) -> Algorithm:
     """Build a registered algorithm; unknown names and bad values give a one-line error.
-    ``server_opt`` and ``aggregator`` go to algorithms whose server step takes them."""
+    ``server_opt`` and ``aggregator`` go to algorithms whose server step takes them; ``model``
+    and ``rounds_per_task`` (a continual scenario's) to the continual methods."""
     server = {"server_opt": server_opt, "aggregator": aggregator}
     supplied = {k: v for k, v in server.items() if v is not None}
     check_server_side(name, list(supplied))
+    continual = {"model": model, "rounds_per_task": rounds_per_task}
+    supplied.update(
+        {k: v for k, v in continual.items() if v is not None and ALGORITHMS.takes(name, k)}
+    )
     return ALGORITHMS.build(name, hparams, prefix="algo", opt=opt, **supplied)
 
 

@@ -14,4 +14,17 @@ every class that any client has seen so far.
   Classifier GANs*, ICML 2017, arXiv:1610.09585), with their losses and seeded sampling.
 - :mod:`fedretain.continual.quality`: a Fréchet distance on the features of a small classifier
   trained on the real data (cached on disk) and PNG grids of generated samples.
+- :mod:`fedretain.continual.scenario`: ``scenario=class_incremental``, the config component
+  that makes a federation continual (the task plan, the clients' parts of each round's task).
+- :mod:`fedretain.continual.zoo`: ``model=acgan``, the ACGAN as a model whose forward is its
+  classifier.
+- the methods: :mod:`~fedretain.continual.replay` (``replay=acgan``: FedAvg/FedProx+ACGAN),
+  :mod:`~fedretain.continual.dgr` (``replay=dgr``: FedAvg/FedProx+DGR),
+  :mod:`~fedretain.continual.fedlwf` (``algorithm=fedlwf2t``) and
+  :mod:`~fedretain.continual.fedcil` (``algorithm=fedcil``).
+
+The run's side (task switches, evaluation on the seen classes, the accuracy matrix, average
+forgetting and backward transfer) is :mod:`fedretain.experiments.continual`; the generator's
+FID over the rounds is ``diagnostics=generator_quality``
+(:mod:`fedretain.experiments.generator_quality`).
 """

@@ -37,6 +37,7 @@ from fedretain.experiments.checkpoint import (
     load_for_resume,
     save_checkpoint,
 )
+from fedretain.experiments.continual import ContinualRecorder
 from fedretain.experiments.tracking import make_tracker
 from fedretain.files import write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
@@ -61,7 +62,7 @@ def run_experiment(
         with bar:
             for rnd in range(run.done, cfg.rounds):
                 metrics = run.round(rnd)
-                if run.done % cfg.eval_every == 0 or run.done == cfg.rounds:
+                if run.done % cfg.eval_every == 0 or run.done == cfg.rounds or run.task_end():
                     run.evaluate(metrics)
                 if cfg.checkpoint_every and (
                     run.done % cfg.checkpoint_every == 0 or run.done == cfg.rounds
@@ -106,6 +107,10 @@ class Run:
             kind("diagnostic").build(name, self._params_of(name), self) for name in cfg.diagnostics
         ]
         self.tracker = make_tracker(cfg, self.out)
+        continual = self.fed.continual  # a continual scenario: task switches, seen classes
+        self.continual = (
+            ContinualRecorder(continual, self.fed.dataset, self.out) if continual else None
+        )
         privacy = self.fed.privacy
         self.accountant = (
             privacy.accountant(self.fed.clients, self.fed.algorithm, cfg.clients_per_round)
@@ -150,6 +155,8 @@ class Run:
         self.records, self.done, self.elapsed0 = ckpt.records, ckpt.round, ckpt.elapsed
         if self.accountant is not None:
             self.accountant.load_state(ckpt.extra["accountant"])
+        if self.continual is not None:
+            self.continual.load_state(ckpt.extra.get("continual"))
         torch.set_rng_state(ckpt.torch_rng)
         if ckpt.cuda_rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt.cuda_rng)
@@ -161,6 +168,8 @@ class Run:
     def round(self, rnd: int) -> dict[str, float]:
         """Round ``rnd`` (0-based) with the participation model's clients."""
         clients = self.fed.participation.clients(rnd)
+        if self.continual is not None:
+            self.continual.before_round(self.rounds, self.fed, rnd)
         for observer in self.observers:
             observer.before_round(rnd, clients.tolist())
         self.server_state, metrics = self.rounds.run_round(
@@ -179,9 +188,15 @@ class Run:
         """Test the global model; append the record to ``metrics.jsonl``."""
         cfg, fed = self.cfg, self.fed
         p, b = fed.algorithm.global_model(self.server_state)
-        acc, loss = fed.task.evaluate(
-            p, b, fed.dataset.x_test, fed.dataset.y_test, cfg.eval_batch_size
-        )
+        extra: dict[str, Any] = {}
+        if self.continual is not None:  # on the classes seen so far
+            acc, loss, extra = self.continual.evaluate(
+                fed.task, p, b, self.done, cfg.eval_batch_size
+            )
+        else:
+            acc, loss = fed.task.evaluate(
+                p, b, fed.dataset.x_test, fed.dataset.y_test, cfg.eval_batch_size
+            )
         train_loss = metrics.get("train_loss")
         ledger = self.rounds.ledger
         record = {
@@ -195,6 +210,7 @@ class Run:
             "bytes_up": ledger.bytes_up,
             "bytes_down": ledger.bytes_down,
             "seconds": self.elapsed(),
+            **extra,
         }
         if self.engine.remote:
             record["lost_replies"] = int(self.pending["lost_replies"])
@@ -205,6 +221,10 @@ class Run:
         write_jsonl(self.out / "metrics.jsonl", self.records)
         self.tracker.record(record)
         return record
+
+    def task_end(self) -> bool:
+        """Whether the rounds done end a task of a continual scenario."""
+        return self.continual is not None and self.continual.scenario.task_end(self.done)
 
     def elapsed(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.started
@@ -223,7 +243,10 @@ class Run:
                 torch_rng=torch.get_rng_state(),
                 cuda_rng=torch.cuda.get_rng_state_all() if cuda else [],
                 fingerprint=fingerprint(self.cfg),
-                extra={} if self.accountant is None else {"accountant": self.accountant.state()},
+                extra={
+                    **({} if self.accountant is None else {"accountant": self.accountant.state()}),
+                    **({} if self.continual is None else {"continual": self.continual.state()}),
+                },
             ),
         )
 
@@ -238,6 +261,8 @@ class Run:
         else:
             for observer in self.observers:
                 summary.update(observer.finish())
+        if self.continual is not None:
+            summary.update(self.continual.finish(cfg.label))
         write_json(self.out / "summary.json", summary)
         title = f"{cfg.label} (stopped)" if stopped else f"{cfg.label} on {cfg.dataset}"
         plot_curves([(cfg.label, self.records)], self.out / "accuracy.png", title=title)

@@ -15,7 +15,8 @@ registered :class:`~fedretain.core.algorithm.Algorithm`, split by role:
 - :mod:`.options`: the settings ``engine=flower`` refuses (checked with the configuration);
 - launch tooling: :mod:`.simulation` (Flower's simulation engine, Ray, in the background, and
   :func:`time_simulation` for benchmarks), :mod:`.deployment` (a SuperLink and SuperNodes on
-  127.0.0.1 and the Flower app folder), :mod:`.processes` (stop and measure process trees);
+  127.0.0.1 and the Flower app folder), :mod:`.node` (SuperNodes whose ClientApp process
+  stays warm across messages), :mod:`.processes` (stop and measure process trees);
 - entrances: :mod:`.app` (the ServerApp and ClientApp ``flwr run`` starts) and
   ``python -m fedretain.flower`` (:mod:`.__main__`).
 

@@ -1,10 +1,16 @@
 """``python -m fedretain.flower``: fedretain experiments on real Flower processes.
 
 - ``local``: start a SuperLink and one SuperNode per client on 127.0.0.1, run one experiment
-  with ``flwr run``, stop every process (``Ctrl-C`` stops them too);
+  with ``flwr run``, stop every process (``Ctrl-C`` stops them too); the SuperNodes are warm
+  (one ClientApp process each for every message) unless ``--cold``;
 - ``app``: write a Flower app folder for one experiment, to run on a SuperLink of your own
   with ``flwr run DIR <connection> --stream`` (SuperNodes started with
-  ``--node-config "partition-id=<k> num-partitions=<clients>"``).
+  ``--node-config "partition-id=<k> num-partitions=<clients>"``);
+- ``node``: a SuperNode (``flower-supernode``'s arguments) whose ClientApp process stays warm
+  across messages (``--cold``: Flower's process per message; ``--poll S``: the SuperNode's
+  polling interval), see :mod:`fedretain.flower.node`;
+- ``worker``: the warm ClientApp process alone, beside a ``flower-supernode --isolation
+  process`` of your own (``--runtime-api-address HOST:PORT``).
 
 Settings are those of ``fedretain run`` (``--config exp.toml`` and ``KEY=VALUE``);
 ``engine`` is set to ``flower``.
@@ -37,7 +43,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
     cfg = _config(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the processes on SIGTERM too
     print(f"starting a SuperLink and {cfg.clients} SuperNodes on 127.0.0.1", file=sys.stderr)
-    with LocalFederation(cfg.clients) as federation:
+    with LocalFederation(cfg.clients, warm=not args.cold) as federation:
         summary = federation.run(cfg, args.out, resume=args.resume)
     print(
         f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "
@@ -64,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m fedretain.flower",
         description="fedretain experiments on Flower SuperLink/SuperNode processes.",
     )
+    p.epilog = (
+        "also: node [--cold] [--poll S] FLOWER-SUPERNODE-ARGS (a SuperNode with a warm "
+        "ClientApp process), worker --runtime-api-address HOST:PORT (that process alone)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     local = sub.add_parser("local", help="run on a SuperLink and SuperNodes started on 127.0.0.1")
     app = sub.add_parser("app", help="write a Flower app folder for `flwr run`")
@@ -72,12 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--out", required=True, help="results folder (on the SuperLink's machine)")
         q.add_argument("--resume", action="store_true", help="continue the run in --out")
         q.add_argument("overrides", nargs="*", help=f"{items}, e.g. algorithm=scaffold")
+    local.add_argument(
+        "--cold", action="store_true", help="a new ClientApp process per message (Flower's way)"
+    )
     local.set_defaults(fn=_cmd_local)
     app.set_defaults(fn=_cmd_app)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("node", "worker"):  # Flower's own arguments: passed through
+        from fedretain.flower import node
+
+        run = node.node_main if argv[0] == "node" else node.worker_main
+        return dispatch(argparse.Namespace(fn=lambda _: run(argv[1:])))
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)  # KEY=VALUE may come before and after options
     unknown = [item for item in rest if item.startswith("-")]

@@ -35,7 +35,7 @@ def make_server_app() -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         from fedretain.errors import ConfigError
         from fedretain.experiments.run import run_experiment
-        from fedretain.flower.federation import Federation, connected
+        from fedretain.flower.federation import Federation, connected, quick_object_pulls
         from fedretain.recipe.config import config_from_text
 
         run_config = context.run_config
@@ -51,7 +51,8 @@ def make_server_app() -> ServerApp:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         try:
-            with connected(Federation(grid, client_threads=cfg.threads)):
+            # replies' objects retried after 20 ms, not Flower's 1 s: see quick_object_pulls
+            with connected(Federation(grid, client_threads=cfg.threads)), quick_object_pulls():
                 resume = bool(run_config.get("resume", False))
                 summary = run_experiment(cfg, out, progress=False, resume=resume)
         finally:

@@ -126,7 +126,7 @@ def _train(msg: Message, context: Context) -> Message:
     fed = federation_of(header.config, context)
     if header.threads > 0 and torch.get_num_threads() != header.threads:
         torch.set_num_threads(header.threads)
-    algorithm, clients = fed.algorithm, fed.clients
+    algorithm, clients = fed.algorithm, fed.clients_for_round(info.round)  # a continual task's
     downlink = records_to_payload(msg.content, algorithm.downlink_keys)
     stored = record_to_tree(committed)
     state = stored or algorithm.client_init(downlink["x"])

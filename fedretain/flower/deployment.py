@@ -4,8 +4,10 @@ The pieces, as commands (``scripts/flower_demo.sh`` runs them for 3 clients)::
 
     flower-superlink --insecure --host 127.0.0.1 --port 9093 \\
         --disable-runtime-dependency-installation
-    flower-supernode --insecure --superlink 127.0.0.1:9093 --host 127.0.0.1 --port 9100 \\
-        --node-config "partition-id=0 num-partitions=3"       # one per client, its own --port
+    python -m fedretain.flower node --insecure --superlink 127.0.0.1:9093 \\
+        --host 127.0.0.1 --port 9100 --node-config "partition-id=0 num-partitions=3"
+                                        # one per client, its own --port (flower-supernode's
+                                        # arguments; its ClientApp process stays warm)
     python -m fedretain.flower app APPDIR --out results/x algorithm=scaffold clients=3 ...
     flwr run APPDIR local-fedretain --stream   # SuperLink connection: $FLWR_HOME/config.toml
 
@@ -14,7 +16,11 @@ machines, give the SuperLink certificates (``--ssl-*``) and the SuperNodes ``--r
 
 :class:`LocalFederation` starts and stops all of it from Python (the tests use it); stopping
 kills every process it started and their descendants (Flower's SuperExec, ServerApp and
-ClientApp processes).
+ClientApp processes, the warm ClientApp processes).
+
+SuperNodes are warm by default (:mod:`fedretain.flower.node`: one long-running ClientApp
+process per SuperNode, their polling capped at ``poll`` seconds); ``warm=False`` gives Flower's
+process per message, and ``warm=False, poll=0`` exactly ``flower-supernode`` as Flower ships it.
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from typing import IO, TYPE_CHECKING
 
 import tomli_w
 
-from fedretain.errors import FedRetainError
+from fedretain.errors import ConfigError, FedRetainError
+from fedretain.flower.node import DEFAULT_POLL
 from fedretain.flower.processes import kill_tree, kill_trees
 
 if TYPE_CHECKING:
@@ -116,15 +123,26 @@ class LocalFederation:
             summary = fed.run(cfg, "results/x")     # cfg.clients == 3
 
     Logs and Flower's home (``FLWR_HOME``: the SuperLink connection, installed apps) go to
-    ``workdir`` (a temporary folder, removed on close, unless given).
+    ``workdir`` (a temporary folder, removed on close, unless given). ``warm``: each SuperNode
+    keeps one ClientApp process for all its messages (else Flower starts one per message);
+    ``poll``: the SuperNodes' polling interval in seconds (0: Flower's 3 s).
     """
 
     def __init__(
-        self, supernodes: int, *, workdir: str | Path | None = None, port: int = 0
+        self,
+        supernodes: int,
+        *,
+        workdir: str | Path | None = None,
+        port: int = 0,
+        warm: bool = True,
+        poll: float = DEFAULT_POLL,
     ) -> None:
         if supernodes < 1:
             raise ValueError(f"supernodes must be >= 1, got {supernodes}")
+        if poll < 0:
+            raise ConfigError(f"poll must be >= 0 seconds, got {poll}; 0 keeps Flower's 3 s")
         self.supernodes = supernodes
+        self.warm, self.poll = warm, poll
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="fedretain-flower-"))
         self.port = port or free_port()
@@ -184,23 +202,30 @@ class LocalFederation:
             raise
         return self
 
+    def node_command(self, k: int) -> list[str]:
+        """The command of the SuperNode holding partition ``k``."""
+        if self.warm or self.poll > 0:
+            launcher = [sys.executable, "-m", "fedretain.flower.node", "node"]
+            launcher += ["--poll", str(self.poll)]
+            launcher += [] if self.warm else ["--cold"]
+        else:  # Flower's own SuperNode, untouched
+            launcher = [_tool("flower-supernode")]
+        return [
+            *launcher,
+            "--insecure",
+            "--superlink",
+            f"{HOST}:{self.port}",
+            "--host",
+            HOST,
+            "--port",
+            str(free_port()),
+            "--node-config",
+            f"partition-id={k} num-partitions={self.supernodes}",
+        ]
+
     def start_node(self, k: int) -> subprocess.Popen:
         """Start a SuperNode holding partition ``k`` (also to bring one back)."""
-        return self._spawn(
-            [
-                _tool("flower-supernode"),
-                "--insecure",
-                "--superlink",
-                f"{HOST}:{self.port}",
-                "--host",
-                HOST,
-                "--port",
-                str(free_port()),
-                "--node-config",
-                f"partition-id={k} num-partitions={self.supernodes}",
-            ],
-            f"supernode-{k}.log",
-        )
+        return self._spawn(self.node_command(k), f"supernode-{k}.log")
 
     def _wait_listening(self, port: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ simulation between runs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -84,9 +85,37 @@ def exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Messag
         left = deadline - time.monotonic()
         if not pending or left <= 0:
             break
-        wait = 0.02 if got else min(wait * 1.5, 0.5)
+        wait = 0.02 if got else min(wait * 1.5, 0.1)  # a reply waits at most 0.1 s here
         time.sleep(min(wait, left))
     return replies
+
+
+@contextmanager
+def quick_object_pulls(first: float = 0.02, longest: float = 0.5) -> Iterator[None]:
+    """Within this block, a ServerApp on a SuperLink (Flower's ``HttpGrid``) retries a reply's
+    objects not there yet after ``first`` seconds (doubling up to ``longest``), not after 1 s.
+
+    The SuperLink lists a reply as soon as the SuperNode has pushed the message, before its
+    objects (``flwr/superlink/grid/http_grid.py``, ``pull_messages``), and Flower's
+    ``pull_objects`` waits ``PULL_INITIAL_BACKOFF`` = 1 s (``flwr/supercore/constant.py``)
+    before asking again: up to a second per round lost to a race when replies come quickly.
+    """
+    try:
+        import flwr.superlink.grid.http_grid as http_grid
+    except ImportError:  # another Flower: nothing to shorten
+        yield
+        return
+    original = getattr(http_grid, "pull_objects", None)
+    if original is None:
+        yield
+        return
+    http_grid.pull_objects = functools.partial(  # type: ignore[attr-defined]
+        original, initial_backoff=first, backoff_cap=longest
+    )
+    try:
+        yield
+    finally:
+        http_grid.pull_objects = original  # type: ignore[attr-defined]
 
 
 def error_text(reply: Message) -> str:
@@ -194,4 +223,5 @@ __all__ = [
     "current_federation",
     "error_text",
     "exchange",
+    "quick_object_pulls",
 ]

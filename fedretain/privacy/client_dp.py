@@ -69,6 +69,7 @@ from torch import Tensor
 from fedretain.core.algorithm import Algorithm, RoundInfo
 from fedretain.core.tree import Tree, leaves, tree_map
 from fedretain.errors import ConfigError
+from fedretain.privacy.accounting import rdp_epsilon
 
 log = logging.getLogger("fedretain")
 
@@ -368,15 +369,7 @@ def client_dp_epsilon(
         raise ConfigError(f"delta must be in (0, 1), got {delta} (e.g. 1e-5, below 1/N)")
     if rounds < 0:
         raise ConfigError(f"rounds must be >= 0, got {rounds}")
-    if rounds == 0:
-        return 0.0
-    if noise_multiplier == 0:
-        return math.inf
-    from opacus.accountants import RDPAccountant
-
-    accountant = RDPAccountant()
-    accountant.history = [(float(noise_multiplier), float(sample_rate), int(rounds))]
-    return float(accountant.get_epsilon(delta=delta))
+    return rdp_epsilon(noise_multiplier, sample_rate, rounds, delta)
 
 
 __all__ = [

@@ -10,7 +10,7 @@ divided by the expected batch size ``B``:
     g̃ = (Σ_i g_i · min(1, C / (‖g_i‖ + 1e-6)) + N(0, σ²C² I)) / B
 
 :func:`with_dpsgd` rebuilds a FedAvg-style algorithm's ``local_step`` from its
-:class:`~fedretain.core.algorithm.LocalRule` with this gradient in place of the task loss's:
+:class:`~fedretain.core.local.LocalRule` with this gradient in place of the task loss's:
 a penalty (FedProx's, FedDyn's) is data-independent given the client's past outputs, so its
 gradient is added after the privatised one, unclipped, and ``correct`` applies as usual.
 Algorithms with a local step of their own are refused, and so is FedCurv, whose uplink

@@ -41,9 +41,9 @@ class Config:
 
     A named component (``algorithm``, ``dataset``, ``partition``, ``model``, ``participation``,
     ``optimizer``, ``server_opt``, ``aggregator``, ``loss``, ``engine``, ``store``,
-    ``diagnostics``, ``privacy``; an empty name chooses none) takes its parameters as
-    ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for the algorithm);
-    :data:`COMPONENTS` maps each prefix to its fields and its registry.
+    ``diagnostics``, ``privacy``, ``scenario``, ``replay``; an empty name chooses none) takes
+    its parameters as ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for
+    the algorithm); :data:`COMPONENTS` maps each prefix to its fields and its registry.
     """
 
     name: str = setting("", "label of the run in reports; empty: the algorithm's name")
@@ -142,6 +142,18 @@ class Config:
         "experiment tracking: empty for none, or tensorboard (each round's metrics also as "
         "TensorBoard event files in DIR/tensorboard/)",
     )
+    scenario: str = setting(
+        "",
+        "continual learning: empty for none, or class_incremental (FedCIL's tasks of new classes; "
+        "scenario.tasks, scenario.classes_per_task, scenario.rounds_per_task; rounds = tasks * "
+        "rounds_per_task; accuracy on the classes seen so far, DIR/continual.jsonl)",
+    )
+    replay: str = setting(
+        "",
+        "generative replay in a continual scenario: empty for none, acgan (the client's ACGAN "
+        "replays its last task's classes; model=acgan) or dgr (a separate GAN, only the "
+        "classifier shared); with algorithm=fedavg or fedprox",
+    )
     algo: dict[str, Any] = setting(help="the algorithm's hyper-parameters", factory=dict)
     dataset_params: dict[str, Any] = setting(help="the dataset loader's options", factory=dict)
     partition_params: dict[str, Any] = setting(help="the partition's options", factory=dict)
@@ -156,10 +168,12 @@ class Config:
     store_params: dict[str, Any] = setting(help="the client store's options", factory=dict)
     diagnostics_params: dict[str, Any] = setting(help="the diagnostics' options", factory=dict)
     privacy_params: dict[str, Any] = setting(help="the privacy mechanism's options", factory=dict)
+    scenario_params: dict[str, Any] = setting(help="the continual scenario's options", factory=dict)
+    replay_params: dict[str, Any] = setting(help="the generative replay's options", factory=dict)
 
     @property
     def label(self) -> str:
-        return self.name or self.algorithm
+        return self.name or self.algorithm + (f"+{self.replay}" if self.replay else "")
 
     def lr_at(self, rnd: int) -> float:
         """The local learning rate of round ``rnd`` (0-based)."""
@@ -194,6 +208,8 @@ COMPONENTS = {
     "store": Component("store", "store_params", "store"),
     "diagnostics": Component("diagnostics", "diagnostics_params", "diagnostic"),
     "privacy": Component("privacy", "privacy_params", "privacy"),
+    "scenario": Component("scenario", "scenario_params", "scenario"),
+    "replay": Component("replay", "replay_params", "replay"),
 }
 # keys that name a registry entry without options: key -> its registry's kind
 NAMED = {"loss": "loss", "tracking": "tracker"}

@@ -16,6 +16,9 @@ import torch
 
 from fedretain.algorithms import ALGORITHMS, build_algorithm
 from fedretain.algorithms.aggregators import AGGREGATORS
+from fedretain.continual import zoo as _zoo  # noqa: F401  (registers model=acgan)
+from fedretain.continual.replay import replay_of
+from fedretain.continual.scenario import ContinualData, scenario_of
 from fedretain.core.algorithm import Algorithm
 from fedretain.core.optim import OPTIMIZERS, SERVER_OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
@@ -43,6 +46,8 @@ class Federation:
     algorithm: Algorithm
     participation: Participation
     privacy: Any = None  # the config's privacy mechanism (fedretain.privacy.mechanisms) or None
+    # a continual scenario's task plan and data (clients hold task 0's parts), or None
+    continual: ContinualData | None = None
 
     @property
     def parts(self) -> list[np.ndarray]:
@@ -51,6 +56,14 @@ class Federation:
     @property
     def device(self) -> torch.device:
         return self.clients.device
+
+    def clients_for_round(self, rnd: int) -> Clients:
+        """The clients of round ``rnd``: in a continual scenario, with the parts of that round's
+        task (the data only moves forward); otherwise :attr:`clients`."""
+        if self.continual is None:
+            return self.clients
+        c = self.clients
+        return Clients(c.dataset, self.continual.parts_for_round(rnd), c.local, c.seed, c.device)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -106,7 +119,8 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
     dataset = load_dataset(cfg.dataset, data_dir or cfg.data_dir or None, **cfg.dataset_params)
-    parts = make_clients(cfg, dataset)
+    continual = continual_data(cfg, dataset)
+    parts = continual.parts_for_round(0) if continual is not None else make_clients(cfg, dataset)
     val_parts = None
     if cfg.val_fraction > 0:
         parts, val_parts = train_val_split(parts, cfg.val_fraction, cfg.seed)
@@ -120,9 +134,17 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
+    scenario = continual.scenario if continual is not None else None
     algorithm = build_algorithm(
-        cfg.algorithm, opt=local_optimizer(cfg), **server_side(cfg), **cfg.algo
+        cfg.algorithm,
+        opt=local_optimizer(cfg),
+        **server_side(cfg),
+        model=task.model,
+        rounds_per_task=scenario.rounds_per_task if scenario is not None else None,
+        **cfg.algo,
     )
+    if cfg.replay:
+        algorithm = replay_of(cfg, algorithm, dataset.input_shape, dataset.num_classes)
     privacy = privacy_mechanism(cfg)
     if privacy is not None:
         algorithm = privacy.apply(algorithm, task.model)
@@ -139,13 +161,31 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         algorithm=algorithm,
         participation=participation,
         privacy=privacy,
+        continual=continual,
     )
+
+
+def continual_data(cfg: Config, dataset: Dataset) -> ContinualData | None:
+    """The task plan and data of the config's continual scenario (None without one)."""
+    scenario = scenario_of(cfg)
+    if scenario is None:
+        return None
+    return ContinualData(scenario, dataset.train_labels, dataset.num_classes, cfg.clients, cfg.seed)
+
+
+def describe_task_plan(cfg: Config, dataset: Dataset) -> str | None:
+    """``fedretain partition``'s text for a continual config (the task plan as a table); None
+    without a scenario."""
+    continual = continual_data(cfg, dataset)
+    return None if continual is None else continual.describe()
 
 
 __all__ = [
     "Federation",
     "build_federation",
     "client_store",
+    "continual_data",
+    "describe_task_plan",
     "local_optimizer",
     "make_clients",
     "resolve_device",

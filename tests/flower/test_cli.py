@@ -57,3 +57,28 @@ def test_app_folder_is_a_valid_flower_app(tmp_path, capsys):
     assert run_config["out"] == str(out)
     settings = tomllib.loads(run_config["config"])
     assert settings["engine"]["name"] == "flower" and settings["algorithm"] == "mifa"
+
+
+def test_node_and_worker_refuse_bad_options_in_one_line(capsys):
+    assert flower_main(["node", "--isolation", "process", "--insecure"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: node sets --isolation itself") and "\n" not in err
+    assert flower_main(["node", "--poll", "-1", "--insecure"]) == 2
+    assert "--poll must be >= 0" in capsys.readouterr().err
+    assert flower_main(["worker", "--runtime-api-address", "127.0.0.1:1", "--poll", "0"]) == 2
+    assert "--poll must be > 0" in capsys.readouterr().err
+
+
+def test_local_federation_nodes_are_warm_unless_asked(tmp_path):
+    from fedretain.errors import ConfigError
+    from fedretain.flower.deployment import LocalFederation
+
+    warm = LocalFederation(2, workdir=tmp_path, port=1).node_command(1)
+    assert warm[1:4] == ["-m", "fedretain.flower.node", "node"] and "--cold" not in warm
+    assert "partition-id=1 num-partitions=2" in warm
+    cold = LocalFederation(2, workdir=tmp_path, port=1, warm=False).node_command(0)
+    assert "--cold" in cold and "--poll" in cold
+    flower = LocalFederation(2, workdir=tmp_path, port=1, warm=False, poll=0).node_command(0)
+    assert flower[0].endswith("flower-supernode") and "--isolation" not in flower
+    with pytest.raises(ConfigError, match="poll must be >= 0"):
+        LocalFederation(2, workdir=tmp_path, poll=-1)

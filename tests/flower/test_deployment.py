@@ -5,10 +5,14 @@ once (their waiting overlaps): FedAvg and SCAFFOLD share the first federation; t
 runs MIFA and loses a SuperNode, killed (SIGKILL, with its processes) as round 1 starts. Each
 test then checks one run. Once the federations are closed, every process they started
 (SuperLink, SuperNodes, Flower's SuperExec, ServerApp and ClientApp processes) must be gone.
+
+Those SuperNodes are warm (one ClientApp process each, serving every message); the slow test
+runs FedAvg on cold ones (Flower's process per message, ``LocalFederation(warm=False)``).
 """
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -51,6 +55,7 @@ def kill_when_round_1_starts(fed: LocalFederation, out, process, record: dict) -
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("flower-real")
+    before = set(descendants(os.getpid()))  # e.g. multiprocessing's resource tracker
     shared, lossy = LocalFederation(NODES), LocalFederation(NODES)
     try:
         lossy.start()
@@ -71,7 +76,7 @@ def runs(tmp_path_factory):
         watcher.start()
         yield out, submitted, record, watcher
     finally:
-        started = descendants(os.getpid())
+        started = [p for p in descendants(os.getpid()) if p not in before]
         shared.close()
         lossy.close()
         deadline = time.monotonic() + 30
@@ -95,6 +100,10 @@ def test_three_real_clients_equal_the_sequential_engine(runs, name, tmp_path):
     assert set(ref.clients) == set(got.clients)  # SCAFFOLD's c_i, read from the SuperNodes
     for cid in ref.clients:
         assert max_diff(ref.clients[cid], got.clients[cid]) < 1e-5
+    for k in range(NODES):  # one warm process per node served every message of both runs
+        log = fed.log_text(f"supernode-{k}.log")
+        assert len(re.findall(r"warm ClientApp process \d+ serving", log)) == 1
+        assert len(re.findall(r"task \d+ \(train\)", log)) >= 2  # this run's 2 rounds
 
 
 def test_a_client_killed_during_round_1_costs_its_reply_and_the_run_finishes(runs):
@@ -111,3 +120,41 @@ def test_a_client_killed_during_round_1_costs_its_reply_and_the_run_finishes(run
     assert [m["participants"] for m in metrics] == [0, 1, 2]
     ref, _ = run_rounds(killed_config(), rounds=2, drop={0: {KILLED}})
     assert max_diff(ref, load_checkpoint(out / "killed").server) < 1e-5
+
+
+@pytest.mark.slow
+def test_cold_supernodes_start_a_clientapp_per_message_and_give_the_same_run(tmp_path):
+    cfg = real("fedavg")
+    with LocalFederation(NODES, warm=False) as fed:
+        flower = real("fedavg", engine="flower", engine__reply_timeout=150.0)
+        summary = fed.run(flower, tmp_path / "cold")
+        logs = [fed.log_text(f"supernode-{k}.log") for k in range(NODES)]
+    assert summary["rounds"] == 2 and summary["lost_replies"] == 0
+    assert not any("warm ClientApp process" in log for log in logs)
+    run_experiment(cfg, tmp_path / "seq", progress=False)
+    ref, got = load_checkpoint(tmp_path / "seq"), load_checkpoint(tmp_path / "cold")
+    assert max_diff(ref.server, got.server) < 1e-5
+
+
+@pytest.mark.slow
+def test_a_warm_clientapp_process_that_dies_is_replaced(tmp_path):
+    cfg = config(clients=1, clients_per_round=1, rounds=1, engine="flower")
+    with LocalFederation(1) as fed:
+        assert fed.run(cfg, tmp_path / "a")["lost_replies"] == 0
+        node = fed.nodes[0]
+        assert node is not None
+        workers = [p for p in descendants(node.pid) if b"worker" in cmdline(p)]
+        assert len(workers) == 1
+        os.kill(workers[0], signal.SIGKILL)  # as the out-of-memory killer would
+        assert fed.run(cfg, tmp_path / "b")["lost_replies"] == 0
+        log = fed.log_text("supernode-0.log")
+    assert "the warm ClientApp process died (-9); restarting" in log
+    assert len(re.findall(r"warm ClientApp process \d+ serving", log)) == 2
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

@@ -1,0 +1,160 @@
+"""``diagnostics=generator_quality``: how good the global ACGAN's generator is, over the rounds.
+
+For a continual run with ``model=acgan`` (FedAvg+ACGAN, FedProx+ACGAN, FedCIL): every
+``diagnostics.fid_every`` rounds (and at every task end) the Fréchet distance (Heusel et al.,
+NeurIPS 2017, arXiv:1706.08500) between test images of the classes seen so far (at most
+``diagnostics.fid_samples``) and as many images of the same labels from the global generator,
+on the features of the dataset's cached classifier
+(:func:`fedretain.continual.quality.feature_extractor`, trained once and cached in
+``diagnostics.cache_dir``; comparable only with distances from the same extractor, never with
+published Inception FIDs); after every task a PNG grid of ``diagnostics.per_class`` samples of
+each seen class (``samples/task-<t>.png``). FedCIL's Fig. 5 reports both.
+
+The generator runs in evaluation mode (BatchNorm's running statistics from the global model's
+buffers), with noise seeded by (run seed, round). Results: ``generator_quality.jsonl`` (``round``,
+``task``, ``fid``), ``fid.png``, and ``generator_quality`` in the summary (the last distance).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from fedretain.continual.acgan import sample
+from fedretain.continual.quality import feature_extractor, frechet_distance, save_sample_grid
+from fedretain.errors import ConfigError
+from fedretain.experiments.diagnostics import DIAGNOSTICS
+from fedretain.files import read_jsonl, save_figure, write_jsonl
+
+if TYPE_CHECKING:
+    from fedretain.experiments.run import Run
+
+__all__ = ["GeneratorQuality"]
+
+DEFAULT_CACHE = Path.home() / ".cache" / "fedretain" / "features"
+
+
+class GeneratorQuality:
+    """The observer (see the module docstring)."""
+
+    needs_local_models = False
+
+    def __init__(
+        self,
+        run: Run,
+        fid_every: int = 5,
+        fid_samples: int = 1000,
+        per_class: int = 8,
+        feature_epochs: int = 1,
+        cache_dir: str = "",
+    ) -> None:
+        if fid_every < 1 or fid_samples < 2 or per_class < 1 or feature_epochs < 1:
+            raise ConfigError(
+                "diagnostics.fid_every, per_class and feature_epochs must be >= 1 and "
+                "diagnostics.fid_samples >= 2"
+            )
+        self.run = run
+        self.fid_every = fid_every
+        self.fid_samples = fid_samples
+        self.per_class = per_class
+        self.feature_epochs = feature_epochs
+        self.cache_dir = Path(cache_dir) if cache_dir else DEFAULT_CACHE
+        self.records: list[dict[str, Any]] = []
+        self._extractor: torch.nn.Module | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.run.out / "generator_quality.jsonl"
+
+    def extractor(self) -> torch.nn.Module:
+        if self._extractor is None:
+            fed = self.run.fed
+            self._extractor = feature_extractor(
+                fed.dataset, self.cache_dir, self.feature_epochs, seed=0, device=fed.device
+            )
+        return self._extractor
+
+    def generator(self) -> torch.nn.Module:
+        """The global model's generator as a module (a copy; the run's model is untouched)."""
+        fed = self.run.fed
+        params, buffers = fed.algorithm.global_model(self.run.server_state)
+        gen = copy.deepcopy(fed.task.model.generator)
+        state = {
+            k.removeprefix("generator."): v
+            for k, v in {**params, **buffers}.items()
+            if k.startswith("generator.")
+        }
+        gen.load_state_dict(state)
+        return gen.eval()
+
+    def before_round(self, rnd: int, clients: list[int]) -> None:
+        pass
+
+    def after_round(self, rnd: int) -> None:
+        done = rnd + 1
+        recorder = self.run.continual
+        assert recorder is not None
+        task_end = recorder.scenario.task_end(done)
+        if done % self.fid_every and not task_end and done != self.run.cfg.rounds:
+            return
+        task = recorder.task_after(done)
+        classes = recorder.continual.seen_classes(task)
+        gen = self.generator()
+        if task_end:
+            folder = self.run.out / "samples"
+            folder.mkdir(parents=True, exist_ok=True)
+            save_sample_grid(
+                gen, classes, folder / f"task-{task}.png", self.per_class, seed=self.run.cfg.seed
+            )
+        fed = self.run.fed
+        y = fed.dataset.y_test.numpy()
+        idx = np.flatnonzero(np.isin(y, classes))
+        rng = np.random.default_rng([self.run.cfg.seed, done])
+        idx = np.sort(rng.permutation(idx)[: self.fid_samples])
+        real = fed.dataset.x_test[torch.from_numpy(idx)]
+        with torch.no_grad():
+            fake = sample(gen, torch.from_numpy(y[idx]), seed=self.run.cfg.seed * 100003 + done)
+        fid = frechet_distance(self.extractor(), real, fake.cpu())
+        self.records.append({"round": done, "task": task, "fid": fid})
+        write_jsonl(self.path, self.records)
+
+    def resume(self, done: int) -> None:
+        rows = read_jsonl(self.path) if self.path.exists() else []
+        self.records = [r for r in rows if r["round"] <= done]
+        write_jsonl(self.path, self.records)
+
+    def finish(self) -> dict[str, Any]:
+        if not self.records:
+            return {}
+        from fedretain.experiments.plots import plt
+
+        fig, ax = plt.subplots(figsize=(6.0, 3.8))
+        ax.plot([r["round"] for r in self.records], [r["fid"] for r in self.records], "o-")
+        ax.set_xlabel("round")
+        ax.set_ylabel("Fréchet distance (cached classifier's features)")
+        ax.grid(alpha=0.3)
+        save_figure(fig, self.run.out / "fid.png")
+        plt.close(fig)
+        last = self.records[-1]
+        return {"generator_quality": {"fid": last["fid"], "round": last["round"]}}
+
+
+def check_generator_quality(cfg: Any) -> None:
+    if not cfg.scenario or cfg.model != "acgan":
+        raise ConfigError(
+            "diagnostics=generator_quality measures the global ACGAN's generator in a continual "
+            "run: set scenario=class_incremental model=acgan"
+        )
+
+
+DIAGNOSTICS.add(
+    "generator_quality",
+    GeneratorQuality,
+    "FID of the global ACGAN generator every fid_every rounds and sample grids per task "
+    "(continual runs with model=acgan)",
+    check=check_generator_quality,
+)

@@ -1,0 +1,1289 @@
+"""The presets of ``fedretain reproduce``: the papers' tables, and the README's demo.
+
+A preset is a function ``(scale, seeds, data) -> Plan`` registered in :data:`PRESETS`. Its
+:class:`Plan` lists the runs (setting x method x seed, each a config built from overrides over
+a base config), the paper's numbers to show beside ours, and the paper's claims as predicates
+over the results. :mod:`fedretain.experiments.reproduce` runs the plan and writes the report.
+
+Scales: ``paper`` is the paper's clients, rounds, epochs and model (a GPU's work); ``small``
+fits 2 CPU cores in about an hour per preset (the estimate is in each preset's docstring,
+measured by timing a few rounds of each method with ``threads=1``, two runs at a time);
+``ci`` is a smoke test of seconds per run (2 rounds, tiny models, 1 seed) whose claims are
+still evaluated, mostly to "did not hold" at that scale.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fedretain.errors import ConfigError
+from fedretain.registry import Registry
+
+SCALES = ("ci", "small", "paper")
+INF = math.inf  # a rounds-to metric that never reached its target
+
+
+class Values(Protocol):
+    """The results as a claim sees them: one seed's, or the means over the seeds."""
+
+    def get(self, setting: str, method: str, metric: str) -> float | None:
+        """``metric`` of ``method`` in ``setting``; None when the run is missing. Rounds-to
+        metrics are ``INF`` when the target was never reached."""
+        ...
+
+
+Check = Callable[[Values], bool | None]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a method in a setting with a seed; ``overrides`` are flat config keys over the
+    plan's base. ``series`` and ``x``: the line and the value of a sweep (λ, lr)."""
+
+    setting: str
+    method: str
+    seed: int
+    overrides: dict[str, Any]
+    series: str = ""
+    x: float | None = None
+
+    @property
+    def folder(self) -> str:
+        return f"{slug(self.setting)}/{slug(self.method)}/seed{self.seed}"
+
+    @property
+    def line(self) -> str:
+        return self.series or self.method
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper, checked on our numbers; ``why_not``: the most likely reason when
+    it does not hold (after the plan's deviations from the paper)."""
+
+    text: str
+    check: Check
+    why_not: str = ""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A hyper-parameter swept over runs (``RunSpec.x``): the report draws final accuracy
+    against it per series; with a ``baseline`` method, also says from which value the series
+    departs from it."""
+
+    key: str
+    log: bool = True
+    baseline: str = ""
+
+
+@dataclass(frozen=True)
+class Data:
+    """The dataset a plan runs on: ``paper``'s own, or a stand-in (``note`` says why), or none
+    (``missing`` says which files are missing and how to get them)."""
+
+    name: str
+    data_dir: str
+    paper: str
+    note: str = ""
+    missing: str = ""
+    samples: int = 0  # training samples (0: unknown)
+
+
+@dataclass
+class Plan:
+    """Everything ``fedretain reproduce`` needs for one preset at one scale."""
+
+    title: str
+    source: str  # where the paper's numbers are
+    base: dict[str, Any]  # flat config keys every run starts from
+    runs: list[RunSpec]
+    metrics: list[str]  # table columns: final, top, R_0.5, to:<label>, MB_up, loss_increase...
+    reference: str = ""  # the method whose final accuracy R_a is measured against
+    paper: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # deviations from the paper here
+    targets: dict[str, float | dict[str, float]] = field(default_factory=dict)  # ours
+    paper_targets: dict[str, float | dict[str, float]] = field(default_factory=dict)
+    sweep: Sweep | None = None
+    plots: tuple[str, ...] = ("round",)  # round, bytes, forgetting
+    setting_metrics: dict[str, list[str]] = field(default_factory=dict)  # instead of metrics
+    paragraph: Callable[[Values, Plan], str] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def settings(self) -> list[str]:
+        return list(dict.fromkeys(r.setting for r in self.runs))
+
+    def methods(self, setting: str) -> list[str]:
+        return list(dict.fromkeys(r.method for r in self.runs if r.setting == setting))
+
+    def metrics_of(self, setting: str) -> list[str]:
+        return self.setting_metrics.get(setting, self.metrics)
+
+    def target(self, label: str, setting: str, paper: bool = False) -> float | None:
+        value = (self.paper_targets if paper else self.targets).get(label)
+        return value.get(setting) if isinstance(value, dict) else value
+
+
+# name -> preset function (scale, seeds, data) -> Plan; meta: dataset (the paper's), standin
+# (what runs when its files are absent), seeds (default count per scale), estimate (small)
+PRESETS = Registry("preset")
+
+
+def slug(text: str) -> str:
+    """A folder name: ``"FedCurv λ=1e-4"`` -> ``fedcurv-lambda-1e-4``."""
+    for greek, latin in {"λ": "lambda", "α": "alpha", "ω": "omega", "γ": "gamma"}.items():
+        text = text.replace(greek, latin)
+    return re.sub(r"[^a-z0-9.+]+", "-", text.lower()).strip("-")
+
+
+def pick(scale: str, **by_scale: Any) -> Any:
+    if scale not in by_scale:
+        raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
+    return by_scale[scale]
+
+
+# ---------------------------------------------------------------------------- claim helpers
+
+
+def _lt(a: float | None, b: float | None) -> bool | None:
+    """a < b, undecided when a value is missing or both never reached their target."""
+    if a is None or b is None or (a == INF and b == INF):
+        return None
+    return a < b
+
+
+def _every(results: Iterable[bool | None]) -> bool | None:
+    results = list(results)
+    if any(r is False for r in results):
+        return False
+    return None if any(r is None for r in results) else True
+
+
+def fewer(setting: str, a: str, b: str, metric: str) -> Check:
+    """``a`` reaches ``metric`` (a rounds-to metric) in fewer rounds than ``b``."""
+    return lambda v: _lt(v.get(setting, a, metric), v.get(setting, b, metric))
+
+
+def higher(setting: str, a: str, b: str, metric: str = "final") -> Check:
+    return lambda v: _lt(v.get(setting, b, metric), v.get(setting, a, metric))
+
+
+def fewest(setting: str, a: str, others: list[str], metric: str) -> Check:
+    return lambda v: _every(
+        _lt(v.get(setting, a, metric), v.get(setting, o, metric)) for o in others
+    )
+
+
+def highest(setting: str, a: str, others: list[str], metric: str = "final") -> Check:
+    return lambda v: _every(
+        _lt(v.get(setting, o, metric), v.get(setting, a, metric)) for o in others
+    )
+
+
+def best(v: Values, setting: str, methods: list[str], metric: str, lower: bool) -> float | None:
+    """The best value of ``metric`` over ``methods`` (a sweep's series); None if none ran."""
+    values = [x for m in methods if (x := v.get(setting, m, metric)) is not None]
+    if not values:
+        return None
+    return min(values) if lower else max(values)
+
+
+def data_keys(data: Data) -> dict[str, Any]:
+    return {"dataset": data.name, **({"data_dir": data.data_dir} if data.data_dir else {})}
+
+
+def standin_reason(data: Data) -> list[str]:
+    return [] if data.name == data.paper else [f"{data.name} stands in for {data.paper}"]
+
+
+# ci: a smoke test of seconds per run
+CI = {"rounds": 2, "clients_per_round": 2, "local_steps": 2, "eval_every": 1, "checkpoint_every": 1}
+CI_MLP = {"model": "mlp", "model.hidden": [16]}
+CI_REASON = "scale=ci: 2 rounds of 2 clients taking 2 local steps, a tiny model"
+
+
+# ------------------------------------------------------------------------- FedReg Table 1
+
+
+def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
+    """FedReg (Xu et al., ICLR 2022) Table 1, MNIST with one and two classes per client: SGD,
+    FedAvg, FedProx, SCAFFOLD, FedCurv and FedReg; ``R_a`` against SGD of the same seed.
+
+    Settings: two classes, one class, and one class with the paper's client shape (App. B.2:
+    5,000 clients of ~12 images, 20 epochs, batch 10, lr 0.1, γ 0.3, η_s 0.2); and the
+    paired forgetting measurement of App. B.3 (FedReg with γ = 1 and FedAvg's local models
+    from the same global models, 20 rounds, ``diagnostics=forgetting``). At ``paper``
+    scale the first two take the paper's 5,000 power-law clients (40 and 20 epochs).
+    ``small``: the MLP, 100 rounds; two classes = 100 clients of 600 images
+    (experiments/fmnist_pathological.toml), one class = 200 of 300
+    (experiments/fedreg_fmnist_one_class.toml), one local epoch each. Estimate on 2 cores
+    (3 rounds of each method timed, threads=1): about 30 minutes for 3 seeds with ``--jobs 2``
+    (FedReg's runs are 60 % of it).
+    """
+    paper_clients = {"clients": 5000, "rounds": 500, "model": "cnn", "eval_every": 1}
+    settings = {
+        "two classes": pick(
+            scale,
+            paper={
+                **paper_clients,
+                "partition.classes_per_client": 2,
+                "partition.sizes": "power_law",
+                "local_epochs": 40,
+            },
+            small={"clients": 100, "partition.classes_per_client": 2, "local_epochs": 1},
+            ci={"clients": 100, "partition.classes_per_client": 2},
+        ),
+        "one class": pick(
+            scale,
+            paper={
+                **paper_clients,
+                "partition.classes_per_client": 1,
+                "partition.sizes": "power_law",
+                "local_epochs": 20,
+            },
+            small={"clients": 200, "partition.classes_per_client": 1, "local_epochs": 1},
+            ci={"clients": 200, "partition.classes_per_client": 1},
+        ),
+        "one class, 5,000 clients": pick(
+            scale,
+            paper={**paper_clients, "partition.classes_per_client": 1, "local_epochs": 20},
+            small={"clients": 5000, "partition.classes_per_client": 1, "local_epochs": 20},
+            ci={"clients": 5000, "partition.classes_per_client": 1},
+        ),
+    }
+    base = {
+        **data_keys(data),
+        "partition": "shards",
+        "clients_per_round": 10,
+        "batch_size": 10,
+        "lr": 0.1,
+        "eval_every": 1,
+        "checkpoint_every": 10,
+        **pick(scale, paper={}, small={"model": "mlp", "rounds": 100}, ci={**CI, **CI_MLP}),
+    }
+    runs = []
+    for setting, keys in settings.items():
+        two = "two" in setting
+        methods = {
+            "SGD": {"algorithm": "sgd"},
+            "FedAvg": {"algorithm": "fedavg"},
+            "FedProx": {"algorithm": "fedprox", "algo.mu": 0.001 if two else 0.01},
+            "SCAFFOLD": {"algorithm": "scaffold"},
+            "FedCurv": {"algorithm": "fedcurv", "algo.lambda": 1e-4},
+            "FedReg": {"algorithm": "fedreg", "algo.gamma": 0.4 if two else 0.3, "algo.eta_s": 0.2},
+        }
+        for method, algo in methods.items():
+            for seed in seeds:
+                runs.append(RunSpec(setting, method, seed, {**keys, **algo, "seed": seed}))
+    # App. B.3: FedReg with γ = 1, and FedAvg's local models trained from FedReg's global
+    # models on the same clients and batches: the loss increase on the previous round's clients
+    forgetting = "one class, forgetting (App. B.3)"
+    paired = {
+        **settings["one class"],
+        "rounds": pick(scale, paper=20, small=20, ci=2),
+        "algorithm": "fedreg",
+        "algo.gamma": 1.0,
+        "algo.eta_s": 0.2,
+        "diagnostics": ["forgetting"],
+        "diagnostics.reference": "fedavg",
+        "diagnostics.samples": pick(scale, paper=0, small=100, ci=20),
+    }
+    for seed in seeds:
+        runs.append(RunSpec(forgetting, "FedReg γ=1", seed, {**paired, "seed": seed}))
+
+    two = {
+        "SGD": (22, 81, 478, 0.975),
+        "FedAvg": (5, 37, 491, 0.975),
+        "FedProx": (7, 41, None, 0.974),
+        "SCAFFOLD": (7, 47, None, 0.957),
+        "FedCurv": (7, 43, None, 0.974),
+        "FedReg": (4, 25, 367, 0.977),
+    }
+    one = {
+        "SGD": (33, 95, 422, 0.976),
+        "FedAvg": (28, 74, None, 0.976),
+        "FedProx": (21, 74, None, 0.975),
+        "SCAFFOLD": (29, 73, None, 0.930),
+        "FedCurv": (29, 74, None, 0.976),
+        "FedReg": (5, 32, 384, 0.978),
+    }
+    paper = {}
+    for setting in settings:
+        for method, (r5, r9, r1, acc) in (two if "two" in setting else one).items():
+            paper[setting, method] = {"R_0.5": r5, "R_0.9": r9, "R_1": r1, "final": acc}
+
+    baselines = ["SGD", "FedAvg", "FedProx", "SCAFFOLD", "FedCurv"]
+    drift = (
+        "FedReg corrects the drift of many local steps on one- or two-class clients (20-40 "
+        "epochs in the paper); with fewer local steps and rounds there is less drift to "
+        "correct, and γ, η_s are the paper's values for MNIST's CNN, not tuned here"
+    )
+    claims = []
+    for s in settings:
+        claims += [
+            Claim(
+                f"{s}: FedReg reaches R_0.5 in fewer rounds than FedAvg",
+                fewer(s, "FedReg", "FedAvg", "R_0.5"),
+                drift,
+            ),
+            Claim(
+                f"{s}: FedReg reaches R_0.9 in fewer rounds than every baseline",
+                fewest(s, "FedReg", baselines, "R_0.9"),
+                drift,
+            ),
+            Claim(
+                f"{s}: FedReg ends with the highest final accuracy",
+                highest(s, "FedReg", baselines),
+                "the paper's final accuracies differ by 0.1-0.3 points after 500 rounds: "
+                "fewer rounds leave the curves apart for other reasons",
+            ),
+        ]
+    claims.append(
+        Claim(
+            "forgetting: FedReg's local models raise the loss on the previous round's clients "
+            "less than FedAvg's trained from the same global models (App. B.3, Figure 2)",
+            lambda v: _lt(
+                v.get(forgetting, "FedReg γ=1", "loss_increase"),
+                v.get(forgetting, "FedReg γ=1", "loss_increase_ref"),
+            ),
+            "FedReg's pseudo data hold the model near what earlier clients taught; with few "
+            "local steps there is little to forget",
+        )
+    )
+    claims.append(
+        Claim(
+            "one class: SCAFFOLD ends below FedAvg",
+            higher("one class", "FedAvg", "SCAFFOLD"),
+            "SCAFFOLD's control variates go stale when each client takes part rarely "
+            "(5,000 clients, 10 per round); with fewer clients they stay fresher",
+        )
+    )
+    reasons = pick(
+        scale,
+        paper=[],
+        small=[
+            "scale=small: 100 rounds of the paper's 500, the 784-200-200-200-10 MLP instead of "
+            "the CNN, one local epoch on 100-200 equal clients instead of 20-40 epochs on "
+            "5,000 power-law clients (the 5,000-client setting keeps the paper's shape)"
+        ],
+        ci=[CI_REASON],
+    )
+    return Plan(
+        title="FedReg (Xu et al., ICLR 2022), Table 1: MNIST, one and two classes per client",
+        source="FedReg Table 1 (MNIST columns) and App. B.2 (settings)",
+        base=base,
+        runs=runs,
+        metrics=["R_0.5", "R_0.9", "R_1", "final", "top"],
+        reference="SGD",
+        paper=paper,
+        claims=claims,
+        reasons=reasons + standin_reason(data),
+        plots=("round", "forgetting"),
+        setting_metrics={forgetting: ["final", "top", "loss_increase", "loss_increase_ref"]},
+        notes=[
+            f"{forgetting}: FedReg with γ = 1 (so that only its pseudo-data correction acts), "
+            "and FedAvg's local models trained from FedReg's global models on the same clients "
+            "and mini-batches (`diagnostics.reference=fedavg`): 'reference's loss increase'."
+        ],
+    )
+
+
+PRESETS.add(
+    "fedreg-table1",
+    fedreg_table1,
+    "FedReg Table 1: SGD, FedAvg, FedProx, SCAFFOLD, FedCurv, FedReg on MNIST one/two classes",
+    dataset="mnist",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 3, "paper": 3},
+    estimate="about 30 min (3 seeds, --jobs 2)",
+)
+
+
+# ------------------------------------------------------------------------- FedReg Table 2
+
+
+def fedreg_table2(scale: str, seeds: list[int], data: Data) -> Plan:
+    """FedReg (Xu et al., ICLR 2022) Table 2, CIFAR-10 over 10,000 clients of 5 images, drawn
+    at random (uniform) or from one class; needs the CIFAR-10 files (``--data-dir``).
+
+    ``paper``: ResNet-9 with Fixup, 100 clients per round, 240 rounds, batch 5, 30 (uniform) or
+    20 (one class) local epochs, the App. B.2 learning rates and hyper-parameters. ``small``:
+    LeNet-5 (62k parameters), 50 clients per round, 80 rounds, 10 local epochs. Estimate on
+    2 cores (3 rounds of each method timed on CIFAR-sized data at 20 clients and 5 epochs,
+    threads=1, scaled): about 35 minutes for 2 seeds with ``--jobs 2``.
+    """
+    settings = {
+        "uniform": {"partition": "iid", "local_epochs": pick(scale, paper=30, small=10, ci=1)},
+        "one class": {
+            "partition": "shards",
+            "partition.classes_per_client": 1,
+            "local_epochs": pick(scale, paper=20, small=10, ci=1),
+        },
+    }
+    base = {
+        **data_keys(data),
+        "clients": 10000,
+        "clients_per_round": 100,
+        "batch_size": 5,
+        "rounds": 240,
+        "model": "resnet9",
+        "eval_every": 1,
+        "checkpoint_every": 10,
+        **pick(
+            scale,
+            paper={},
+            small={"model": "lenet5", "clients_per_round": 50, "rounds": 80, "eval_every": 2},
+            # 5 images a client as in the paper (FedReg makes pseudo data of all of them)
+            ci={**CI, "model": "lenet5", "clients": max(20, min(10000, data.samples // 5))},
+        ),
+    }
+    runs = []
+    for setting, keys in settings.items():
+        uniform = setting == "uniform"
+        methods = {
+            "SGD": {"algorithm": "sgd", "lr": 0.1},
+            "FedAvg": {"algorithm": "fedavg", "lr": 0.05},
+            "FedProx": {"algorithm": "fedprox", "lr": 0.05, "algo.mu": 0.001 if uniform else 0.01},
+            "SCAFFOLD": {"algorithm": "scaffold", "lr": 0.01 if uniform else 0.05},
+            "FedCurv": {
+                "algorithm": "fedcurv",
+                "lr": 0.05,
+                "algo.lambda": 1e-5 if uniform else 1e-3,
+            },
+            "FedReg": {
+                "algorithm": "fedreg",
+                "lr": 0.1 if uniform else 0.05,
+                "algo.gamma": 0.5,
+                "algo.eta_s": 0.1,
+            },
+        }
+        for method, algo in methods.items():
+            for seed in seeds:
+                runs.append(RunSpec(setting, method, seed, {**keys, **algo, "seed": seed}))
+    numbers = {
+        "uniform": {
+            "SGD": (40, 160, 185, 0.483),
+            "FedAvg": (4, 52, 94, 0.576),
+            "FedProx": (6, 53, 94, 0.576),
+            "SCAFFOLD": (7, 116, None, 0.447),
+            "FedCurv": (4, 53, 94, 0.569),
+            "FedReg": (2, 31, 40, 0.715),
+        },
+        "one class": {
+            "SGD": (39, 168, 197, 0.449),
+            "FedAvg": (108, None, None, 0.371),
+            "FedProx": (108, None, None, 0.373),
+            "SCAFFOLD": (88, None, None, 0.230),
+            "FedCurv": (108, None, None, 0.368),
+            "FedReg": (9, 58, 84, 0.616),
+        },
+    }
+    paper = {
+        (setting, method): {"R_0.5": r5, "R_0.9": r9, "R_1": r1, "final": acc}
+        for setting, rows in numbers.items()
+        for method, (r5, r9, r1, acc) in rows.items()
+    }
+    deep = (
+        "the paper's gap comes from a deep network (ResNet-9) trained 20-30 epochs on 5 images "
+        "per client; LeNet-5 with few epochs drifts less"
+    )
+    claims = [
+        Claim(
+            "uniform: FedReg ends with the highest final accuracy",
+            highest("uniform", "FedReg", ["SGD", "FedAvg", "FedProx", "SCAFFOLD", "FedCurv"]),
+            deep,
+        ),
+        Claim(
+            "uniform: FedReg reaches R_0.9 in fewer rounds than FedAvg",
+            fewer("uniform", "FedReg", "FedAvg", "R_0.9"),
+            deep,
+        ),
+        Claim(
+            "one class: FedAvg ends below SGD (many local steps on one class fail)",
+            higher("one class", "SGD", "FedAvg"),
+            "with few local epochs the one-class clients' models move less far from the global one",
+        ),
+        Claim("one class: FedReg ends above SGD", higher("one class", "FedReg", "SGD"), deep),
+        Claim(
+            "one class: FedReg reaches R_0.5 in fewer rounds than SGD",
+            fewer("one class", "FedReg", "SGD", "R_0.5"),
+            deep,
+        ),
+    ]
+    reasons = pick(
+        scale,
+        paper=[],
+        small=[
+            "scale=small: LeNet-5 instead of ResNet-9 with Fixup, 50 clients per round "
+            "instead of 100, 80 rounds of 240, 10 local epochs instead of 20-30"
+        ],
+        ci=[CI_REASON],
+    )
+    return Plan(
+        title="FedReg (Xu et al., ICLR 2022), Table 2: CIFAR-10, uniform and one class",
+        source="FedReg Table 2 and App. B.2 (settings)",
+        base=base,
+        runs=runs,
+        metrics=["R_0.5", "R_0.9", "R_1", "final", "top"],
+        reference="SGD",
+        paper=paper,
+        claims=claims,
+        reasons=reasons,
+    )
+
+
+PRESETS.add(
+    "fedreg-table2",
+    fedreg_table2,
+    "FedReg Table 2: SGD, FedAvg, FedProx, SCAFFOLD, FedCurv, FedReg on CIFAR-10",
+    dataset="cifar10",
+    seeds={"ci": 1, "small": 2, "paper": 3},
+    estimate="about 35 min (2 seeds, --jobs 2)",
+)
+
+
+# ------------------------------------------------------------------------- FedCurv Table 1
+
+
+def fedcurv_table1(scale: str, seeds: list[int], data: Data) -> Plan:
+    """FedCurv (Shoham et al., 2019) Table 1: rounds to 95/90/85 % on non-IID MNIST (96
+    devices of two label blocks each), FedCurv over a λ sweep with FedAvg (and FedProx)
+    beside it, at E = 10 and E = 50 local epochs.
+
+    The text conversion lost the paper's batch size, participation, learning rate and λ; we
+    use batch 50, 10 of 96 devices per round, lr 0.1, and sweep λ. ``paper``: the PyTorch
+    example CNN (``cnn2``), 150 rounds. ``small``: the MLP, 60 rounds, E = 10 and E = 50 run
+    2 and 10 epochs; Fashion-MNIST's targets are 75/70/65 % (FedAvg reaches about 76 % in
+    60 rounds there). Estimate on 2 cores (3 rounds of each run timed, threads=1): about
+    20 minutes for 2 seeds with ``--jobs 2``.
+    """
+    lambdas = pick(
+        scale,
+        paper=[1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0],
+        small=[1e-4, 1e-3, 1e-2, 1e-1, 1.0],
+        ci=[1e-4, 1e-2, 1.0],
+    )
+    epochs = pick(scale, paper=(10, 50), small=(2, 10), ci=(10, 50))
+    base = {
+        **data_keys(data),
+        "partition": "shards",
+        "partition.classes_per_client": 2,
+        "clients": 96,
+        "clients_per_round": 10,
+        "batch_size": 50,
+        "lr": 0.1,
+        "eval_every": 1,
+        "checkpoint_every": 10,
+        **pick(
+            scale,
+            paper={"model": "cnn2", "rounds": 150},
+            small={"model": "mlp", "rounds": 60},
+            ci={**CI, **CI_MLP},
+        ),
+    }
+    runs = []
+    for label, e in zip(("E=10", "E=50"), epochs, strict=True):
+        keys = {} if scale == "ci" else {"local_epochs": e}
+        methods: list[tuple[str, dict[str, Any], float | None]] = [
+            ("FedAvg", {"algorithm": "fedavg"}, None),
+            ("FedProx", {"algorithm": "fedprox", "algo.mu": 0.01}, None),
+        ]
+        methods += [
+            (f"FedCurv λ={lam:g}", {"algorithm": "fedcurv", "algo.lambda": lam}, lam)
+            for lam in lambdas
+        ]
+        for method, algo, lam in methods:
+            series = "FedCurv" if lam is not None else ""
+            for seed in seeds:
+                runs.append(
+                    RunSpec(label, method, seed, {**keys, **algo, "seed": seed}, series, lam)
+                )
+    numbers = {  # rounds to 95 %, 90 %, 85 %
+        "E=50": {"FedCurv": (38, 9, 6), "FedProx": (140, 22, 16), "FedAvg": (76, 30, 22)},
+        "E=10": {"FedCurv": (99, 35, 27), "FedProx": (115, 46, 33), "FedAvg": (106, 51, 43)},
+    }
+    paper = {
+        (setting, method): {"to:95%": a, "to:90%": b, "to:85%": c}
+        for setting, rows in numbers.items()
+        for method, (a, b, c) in rows.items()
+    }
+    mnist = data.name == "mnist"
+    targets = {"95%": 0.95, "90%": 0.90, "85%": 0.85}
+    if not mnist:  # Fashion-MNIST's two-class shards: FedAvg reaches about 76 % in 60 rounds
+        targets = {"95%": 0.75, "90%": 0.70, "85%": 0.65}
+    curv = [f"FedCurv λ={lam:g}" for lam in lambdas]
+
+    def best_curv(setting: str) -> Callable[[Values], float | None]:
+        return lambda v: best(v, setting, curv, "to:90%", lower=True)
+
+    def speedup(setting: str, v: Values) -> float | None:
+        a, b = best_curv(setting)(v), v.get(setting, "FedAvg", "to:90%")
+        if a is None or b is None or a == INF or b == INF:
+            return None
+        return b / max(a, 1)
+
+    def larger_at_50(v: Values) -> bool | None:
+        fifty, ten = speedup("E=50", v), speedup("E=10", v)
+        return None if fifty is None or ten is None else fifty > ten
+
+    tuned = (
+        "the paper tuned λ (and FedProx's μ) per E for the fewest rounds to 90 %; the penalty "
+        "pays off when many local epochs pull the devices' models apart"
+    )
+    claims = [
+        Claim(
+            f"{e}: FedCurv (best λ) reaches 90 % in fewer rounds than FedAvg",
+            lambda v, e=e: _lt(best_curv(e)(v), v.get(e, "FedAvg", "to:90%")),
+            tuned,
+        )
+        for e in ("E=50", "E=10")
+    ]
+    claims += [
+        Claim(
+            "FedCurv's speed-up over FedAvg (rounds to 90 %) is larger at E=50 than at E=10",
+            larger_at_50,
+            tuned,
+        ),
+        Claim(
+            "E=50: FedProx reaches 90 % in fewer rounds than FedAvg",
+            fewer("E=50", "FedProx", "FedAvg", "to:90%"),
+            tuned,
+        ),
+        Claim(
+            "E=50: FedProx reaches 95 % in more rounds than FedAvg (stiffness costs it late)",
+            fewer("E=50", "FedAvg", "FedProx", "to:95%"),
+            tuned,
+        ),
+    ]
+    reasons = pick(
+        scale,
+        paper=[],
+        small=[
+            "scale=small: the MLP instead of the PyTorch example CNN, 60 rounds, E=10 and E=50 "
+            "run 2 and 10 local epochs"
+        ],
+        ci=[CI_REASON],
+    )
+    if not mnist:
+        reasons.append(
+            f"{data.name} stands in for mnist: rounds to 75/70/65 % stand for the paper's "
+            "95/90/85 %"
+        )
+    return Plan(
+        title="FedCurv (Shoham et al., 2019), Table 1: rounds to accuracy on non-IID MNIST",
+        source="FedCurv Table 1 (its λ, batch size, participation and lr were lost in the text)",
+        base=base,
+        runs=runs,
+        metrics=["to:95%", "to:90%", "to:85%", "final", "top"],
+        paper=paper,
+        claims=claims,
+        reasons=reasons,
+        targets=targets,
+        paper_targets={"95%": 0.95, "90%": 0.90, "85%": 0.85},
+        sweep=Sweep("λ", log=True, baseline="FedAvg"),
+        notes=[
+            "The paper's FedCurv numbers (at its tuned λ) sit on the row of our best λ "
+            "(the highest final accuracy)."
+        ],
+    )
+
+
+PRESETS.add(
+    "fedcurv-table1",
+    fedcurv_table1,
+    "FedCurv Table 1: a λ sweep of FedCurv beside FedAvg and FedProx at E=10 and E=50",
+    dataset="mnist",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 2, "paper": 3},
+    estimate="about 20 min (2 seeds, --jobs 2)",
+)
+
+
+# ------------------------------------------------------------------ GradMA Tables 1 and 2
+
+GRADMA_COLUMNS = ("ω=1.0", "ω=0.1", "ω=0.01", "S=5", "S=50")  # MNIST columns of Tables 1, 2
+GRADMA_TOP = {  # Table 1: top test accuracy (%), mean ± std
+    "FedAvg": ("98.22±0.05", "97.11±0.39", "46.19±1.29", "49.65±3.88", "68.32±4.16"),
+    "FedAvgM": ("98.29±0.18", "97.20±0.30", "53.77±0.32", "57.87±3.64", "67.80±5.58"),
+    "MIFA": ("98.02±0.12", "96.88±0.56", "66.92±2.53", "56.04±3.92", "52.84±4.89"),
+    "MIFAM": ("98.02±0.15", "96.90±0.44", "67.15±2.23", "55.28±6.05", "53.35±6.84"),
+    "GradMA-S": ("98.38±0.09", "97.35±0.28", "74.52±1.71", "75.93±0.97", "69.09±3.83"),
+    "GradMA": ("98.39±0.04", "97.34±0.35", "77.97±1.28", "75.51±1.94", "66.68±3.03"),
+}
+GRADMA_ROUNDS = {  # Table 2: rounds to reach the column's accuracy
+    "FedAvg": (25, 115, 493, 299, 117),
+    "FedAvgM": (19, 116, 280, 138, 79),
+    "MIFA": (42, 85, 67, 62, 89),
+    "MIFAM": (39, 80, 60, 62, 80),
+    "GradMA-S": (16, 43, 38, 38, 56),
+    "GradMA": (18, 49, 37, 29, 105),
+}
+GRADMA_TARGETS = {
+    "ω=1.0": 0.95,
+    "ω=0.1": 0.95,
+    "ω=0.01": 0.45,
+    "S=5": 0.40,
+    "S=10": 0.45,
+    "S=50": 0.50,
+}
+
+
+def percent(text: str) -> str:
+    """``"98.22±0.05"`` (percent) as an accuracy: ``"0.9822 ± 0.0005"``."""
+    mean, std = (float(x) / 100 for x in text.split("±"))
+    return f"{mean:.4f} ± {std:.4f}"
+
+
+def gradma_plan(
+    scale: str, seeds: list[int], data: Data, settings: dict[str, dict[str, Any]], table: str
+) -> Plan:
+    base = {
+        **data_keys(data),
+        "partition": "dirichlet",
+        "partition.alpha": 0.01,
+        "clients": 100,
+        "clients_per_round": 10,
+        "local_steps": 5,
+        "batch_size": 64,
+        "lr": 0.05,
+        "model": "mlp",
+        "checkpoint_every": 20,
+        **pick(
+            scale,
+            paper={"rounds": 500, "eval_every": 1},
+            small={"rounds": 200, "eval_every": 5},
+            ci={**CI, **CI_MLP, "local_steps": 5},
+        ),
+    }
+    methods = {  # every server momentum 0.5: at 0.9 FedAvgM collapses here
+        "FedAvg": {"algorithm": "fedavg"},
+        "FedAvgM": {"algorithm": "fedavgm", "algo.beta": 0.5},
+        "MIFA": {"algorithm": "mifa"},
+        "MIFAM": {"algorithm": "mifam", "algo.beta": 0.5},
+        "GradMA-S": {"algorithm": "gradma-s", "algo.beta1": 0.5},
+        "GradMA": {"algorithm": "gradma", "algo.beta1": 0.5},
+    }
+    runs = [
+        RunSpec(setting, method, seed, {**keys, **algo, "seed": seed})
+        for setting, keys in settings.items()
+        for method, algo in methods.items()
+        for seed in seeds
+    ]
+    column = {"S=10": "ω=0.01"}  # Table 2's S=10 is Table 1's ω=0.01 column
+    paper = {}
+    for setting in settings:
+        i = GRADMA_COLUMNS.index(column.get(setting, setting))
+        for method in methods:
+            paper[setting, method] = {
+                "top": percent(GRADMA_TOP[method][i]),
+                "to:ac": GRADMA_ROUNDS[method][i],
+            }
+    mnist = data.name == "mnist"
+    ours = {s: t if mnist or t < 0.9 else 0.80 for s, t in GRADMA_TARGETS.items() if s in settings}
+    reasons = pick(
+        scale,
+        paper=[],
+        small=[
+            "scale=small: 200 rounds (the paper's MNIST runs reach round 493), evaluated every 5"
+        ],
+        ci=[CI_REASON],
+    )
+    if not mnist:
+        reasons.append(f"{data.name} stands in for mnist: 80 % stands for the paper's 95 % target")
+    return Plan(
+        title=f"GradMA (Luo et al., CVPR 2023), {table}",
+        source="GradMA Table 1 (top accuracy) and Table 2 (rounds to ac), MNIST+NN columns",
+        base=base,
+        runs=runs,
+        metrics=["top", "to:ac", "final"],
+        paper=paper,
+        reasons=reasons,
+        targets={"ac": ours},
+        paper_targets={"ac": {s: t for s, t in GRADMA_TARGETS.items() if s in settings}},
+    )
+
+
+def margin(v: Values, setting: str, a: str = "GradMA", b: str = "FedAvg") -> float | None:
+    x, y = v.get(setting, a, "top"), v.get(setting, b, "top")
+    return None if x is None or y is None else x - y
+
+
+def fedavg_falls(v: Values) -> bool | None:
+    a, b, c = (v.get(f"ω={w}", "FedAvg", "top") for w in (1.0, 0.1, 0.01))
+    return _every([_lt(b, a), _lt(c, b)])
+
+
+def gradma_table1(scale: str, seeds: list[int], data: Data) -> Plan:
+    """GradMA (Luo et al., CVPR 2023), MNIST with 100 workers, S = 10, I = 5 local steps,
+    Dirichlet ω ∈ {1.0, 0.1, 0.01}: FedAvg, FedAvgM, MIFA, MIFAM, GradMA-S, GradMA (every
+    server momentum 0.5), top accuracy (Table 1) and rounds to the column's accuracy (Table 2).
+
+    ``small``: experiments/gradma_dirichlet.toml, 200 rounds. Estimate on 2 cores (3 rounds of
+    each method timed, threads=1): about 20 minutes for 3 seeds with ``--jobs 2``.
+    """
+    settings = {f"ω={w}": {"partition.alpha": w} for w in (1.0, 0.1, 0.01)}
+    plan = gradma_plan(
+        scale, seeds, data, settings, "Tables 1 and 2: the Dirichlet ω grid (S = 10)"
+    )
+    memory = (
+        "GradMA's gain is its server memory of every worker's update under extreme skew "
+        "(ω = 0.01: most workers hold one class), built up over hundreds of rounds"
+    )
+    plan.claims = [
+        Claim(
+            "ω=0.01: GradMA's top accuracy beats FedAvg's",
+            higher("ω=0.01", "GradMA", "FedAvg", "top"),
+            memory,
+        ),
+        Claim(
+            "ω=0.01: GradMA reaches ac in fewer rounds than FedAvg",
+            fewer("ω=0.01", "GradMA", "FedAvg", "to:ac"),
+            memory,
+        ),
+        Claim(
+            "GradMA's lead over FedAvg (top accuracy) is larger at ω=0.01 than at ω=1.0",
+            lambda v: _lt(margin(v, "ω=1.0"), margin(v, "ω=0.01")),
+            memory,
+        ),
+        Claim(
+            "ω=0.01: GradMA-S beats MIFA and MIFAM (top accuracy)",
+            highest("ω=0.01", "GradMA-S", ["MIFA", "MIFAM"], "top"),
+            memory,
+        ),
+        Claim(
+            "FedAvg's top accuracy falls as ω falls",
+            fedavg_falls,
+            "with few rounds FedAvg's accuracy at ω=1.0 and ω=0.1 is still rising; the gap "
+            "appears at convergence",
+        ),
+    ]
+    return plan
+
+
+def gradma_table2(scale: str, seeds: list[int], data: Data) -> Plan:
+    """GradMA (Luo et al., CVPR 2023), MNIST with Dirichlet ω = 0.01 and S ∈ {5, 10, 50}
+    workers per round (I = 5 local steps): the same methods as ``gradma-table1``, top accuracy
+    (Table 1) and rounds to the column's accuracy (Table 2).
+
+    ``small``: 200 rounds. Estimate on 2 cores (3 rounds of each method timed, threads=1):
+    about 35 minutes for 2 seeds with ``--jobs 2`` (GradMA at S = 50 alone is 15 minutes).
+    """
+    settings = {f"S={s}": {"clients_per_round": s} for s in (5, 10, 50)}
+    if scale == "ci":
+        settings = {
+            k: {"clients_per_round": min(v["clients_per_round"], 5)} for k, v in settings.items()
+        }
+    plan = gradma_plan(scale, seeds, data, settings, "Tables 1 and 2: the S grid (ω = 0.01)")
+    fewer_workers = (
+        "GradMA's memory stands in for the workers not sampled; its lead shows at small S "
+        "over hundreds of rounds"
+    )
+    plan.claims = [
+        Claim(
+            "S=5: GradMA's top accuracy beats FedAvg's",
+            higher("S=5", "GradMA", "FedAvg", "top"),
+            fewer_workers,
+        ),
+        Claim(
+            "S=5: GradMA reaches ac in fewer rounds than FedAvg",
+            fewer("S=5", "GradMA", "FedAvg", "to:ac"),
+            fewer_workers,
+        ),
+        Claim(
+            "GradMA's lead over FedAvg (top accuracy) is larger at S=5 than at S=50",
+            lambda v: _lt(margin(v, "S=50"), margin(v, "S=5")),
+            fewer_workers,
+        ),
+        Claim(
+            "S=50: GradMA's lead vanishes (FedAvg within 2 points of it, or above)",
+            lambda v: None if (m := margin(v, "S=50")) is None else m <= 0.02,
+            "the paper attributes it to over-fitting of a simple model with many workers per round",
+        ),
+    ]
+    return plan
+
+
+PRESETS.add(
+    "gradma-table1",
+    gradma_table1,
+    "GradMA Tables 1-2, MNIST ω grid: FedAvg, FedAvgM, MIFA, MIFAM, GradMA-S, GradMA",
+    dataset="mnist",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 3, "paper": 3},
+    estimate="about 20 min (3 seeds, --jobs 2)",
+)
+PRESETS.add(
+    "gradma-table2",
+    gradma_table2,
+    "GradMA Tables 1-2, MNIST S grid at ω=0.01: the same methods",
+    dataset="mnist",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 2, "paper": 3},
+    estimate="about 35 min (2 seeds, --jobs 2)",
+)
+
+
+# --------------------------------------------------------------------------- TCE Table 1
+
+TCE_VARIANTS = {
+    "FedAvg (GN)": {"loss": "ce", "model.norm": "group"},
+    "FedAvg+TCE (GN)": {"loss": "tce", "model.norm": "group"},
+    "FedAvg+TCE (BN)": {"loss": "tce", "model.norm": "batch"},
+}
+TCE_CIFAR10 = {  # lr -> final accuracy of FedAvg (GN), TCE (GN), TCE (BN); NC: did not converge
+    0.7: ("NC", "NC", "0.805 ± 0.039"),
+    0.5: ("0.777 ± 0.033", "0.751 ± 0.039", "0.832 ± 0.028"),
+    0.3: ("0.770 ± 0.022", "0.836 ± 0.029", "0.836 ± 0.010"),
+    0.1: ("0.790 ± 0.017", "0.846 ± 0.010", "0.841 ± 0.020"),
+    0.07: ("0.751 ± 0.020", "0.832 ± 0.029", "0.859 ± 0.009"),
+    0.05: ("0.742 ± 0.087", "0.834 ± 0.011", "0.852 ± 0.010"),
+    0.03: ("0.787 ± 0.011", "0.859 ± 0.004", "0.850 ± 0.018"),
+    0.01: ("0.742 ± 0.065", "0.825 ± 0.004", "0.845 ± 0.015"),
+    0.007: ("0.739 ± 0.030", "0.751 ± 0.005", "0.747 ± 0.013"),
+}
+
+
+def tce_method(variant: str, lr: float) -> str:
+    return f"{variant}, lr={lr:g}"
+
+
+def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
+    """TCE (Legate et al., 2023) Table 1: FedAvg with and without the truncated cross-entropy
+    over a learning-rate grid, GroupNorm and BatchNorm, at Dirichlet α = 0.1 (the table) and
+    α = 0.01 (its Figure 3a: TCE's gain grows as α falls). 100 equal clients, 10 per round,
+    10 % of each client's data held out for validation.
+
+    ``paper``: CIFAR-10 (when its files are given; else Fashion-MNIST stands in), ResNet-18,
+    4,000 rounds, 2 local epochs at batch 32 (experiments/tce_dirichlet.toml's), the 9
+    learning rates. ``small``: ResNet-20 (the smallest normalised model here) on the
+    sequential engine (vmap was twice as slow for it), 4 learning rates, 20 rounds of 10
+    local steps, evaluated every 10 rounds (a test pass over 10,000 images takes 6-13 s on one
+    core). ``ci``: scikit-learn's 8x8 digits. Estimate on 2 cores (2 rounds of each variant
+    timed, threads=1: 3.8 s a round, 12.5 s a test pass, about 115 s a run): about 25 minutes
+    for 1 seed with ``--jobs 2``.
+    """
+    lrs = pick(
+        scale,
+        paper=sorted(TCE_CIFAR10, reverse=True),
+        small=[0.3, 0.1, 0.03, 0.01],
+        ci=[0.3, 0.03],
+    )
+    base = {
+        **data_keys(data),
+        "partition": "dirichlet",
+        "partition.balance": True,
+        "clients": 100,
+        "clients_per_round": 10,
+        "val_fraction": 0.1,
+        "local_epochs": 2,
+        "batch_size": 32,
+        "checkpoint_every": 10,
+        **pick(
+            scale,
+            paper={"model": "resnet18", "rounds": 4000, "eval_every": 10},
+            small={
+                "model": "resnet20",
+                "engine": "sequential",
+                "rounds": 20,
+                "local_steps": 10,
+                "eval_every": 10,
+            },
+            ci={
+                **CI,
+                "model": "resnet20",
+                "engine": "sequential",
+                "dataset": "digits",
+                "clients": 10,
+            },
+        ),
+    }
+    if scale == "ci":
+        base.pop("data_dir", None)
+    settings = {"α=0.1": {"partition.alpha": 0.1}, "α=0.01": {"partition.alpha": 0.01}}
+    runs = [
+        RunSpec(
+            setting,
+            tce_method(v, lr),
+            seed,
+            {**keys, **TCE_VARIANTS[v], "lr": lr, "seed": seed},
+            v,
+            lr,
+        )
+        for setting, keys in settings.items()
+        for lr in lrs
+        for v in TCE_VARIANTS
+        for seed in seeds
+    ]
+    paper = {
+        ("α=0.1", tce_method(v, lr)): {"final": TCE_CIFAR10[lr][i]}
+        for lr in lrs
+        if lr in TCE_CIFAR10
+        for i, v in enumerate(TCE_VARIANTS)
+    }
+
+    def finals(v: Values, setting: str, variant: str) -> list[float | None]:
+        return [v.get(setting, tce_method(variant, lr), "final") for lr in lrs]
+
+    def top(v: Values, setting: str, variant: str) -> float | None:
+        values = finals(v, setting, variant)
+        return None if any(x is None for x in values) else max(values)  # type: ignore[type-var]
+
+    def most_lrs(v: Values) -> bool | None:
+        tce, avg = finals(v, "α=0.1", "FedAvg+TCE (GN)"), finals(v, "α=0.1", "FedAvg (GN)")
+        if any(x is None for x in tce + avg):
+            return None
+        return sum(a > b for a, b in zip(tce, avg, strict=True)) > len(lrs) / 2  # type: ignore[operator]
+
+    def tce_best(v: Values) -> bool | None:
+        tce = [top(v, "α=0.1", "FedAvg+TCE (GN)"), top(v, "α=0.1", "FedAvg+TCE (BN)")]
+        avg = top(v, "α=0.1", "FedAvg (GN)")
+        return None if None in tce or avg is None else _lt(avg, max(tce))  # type: ignore[type-var]
+
+    def bn_close(v: Values) -> bool | None:
+        bn, gn = top(v, "α=0.1", "FedAvg+TCE (BN)"), top(v, "α=0.1", "FedAvg+TCE (GN)")
+        return None if bn is None or gn is None else bn >= gn - 0.02
+
+    def robust(v: Values) -> bool | None:
+        def near(variant: str) -> int | None:
+            values, best_value = finals(v, "α=0.1", variant), top(v, "α=0.1", variant)
+            if best_value is None:
+                return None
+            return sum(x >= best_value - 0.03 for x in values)  # type: ignore[operator]
+
+        tce, avg = near("FedAvg+TCE (GN)"), near("FedAvg (GN)")
+        return None if tce is None or avg is None else tce > avg
+
+    def gain(v: Values, setting: str) -> float | None:
+        tce, avg = top(v, setting, "FedAvg+TCE (GN)"), top(v, setting, "FedAvg (GN)")
+        return None if tce is None or avg is None else tce - avg
+
+    long = (
+        "TCE's gains in the paper come after 4,000 rounds of 2 local epochs with ResNet-18; "
+        "few rounds of few local steps leave little forgetting for TCE to prevent"
+    )
+    claims = [
+        Claim("α=0.1: TCE (GN) beats FedAvg (GN) at most learning rates", most_lrs, long),
+        Claim("α=0.1: the best accuracy of the grid is TCE's", tce_best, long),
+        Claim(
+            "α=0.1: TCE with BatchNorm is within 2 points of TCE with GroupNorm (best lr each)",
+            bn_close,
+            long,
+        ),
+        Claim(
+            "α=0.1: TCE (GN) keeps more learning rates within 3 points of its best than FedAvg",
+            robust,
+            long,
+        ),
+        Claim(
+            "TCE's gain over FedAvg (best lr each, GN) is larger at α=0.01 than at α=0.1 (Fig. 3a)",
+            lambda v: _lt(gain(v, "α=0.1"), gain(v, "α=0.01")),
+            long,
+        ),
+    ]
+    reasons = pick(
+        scale,
+        paper=[],
+        small=[
+            "scale=small: ResNet-20 instead of ResNet-18, 20 rounds of 10 local steps instead "
+            "of 4,000 of 2 epochs, 4 of the 9 learning rates"
+        ],
+        ci=[CI_REASON + "; scikit-learn's 8x8 digits for the data"],
+    )
+    if scale != "ci":
+        reasons += standin_reason(data)
+    return Plan(
+        title="TCE (Legate et al., 2023), Table 1: FedAvg with and without TCE, lr x normalisation",
+        source="TCE Table 1 (CIFAR-10 column; α = 0.01 is its Figure 3a, without numbers)",
+        base=base,
+        runs=runs,
+        metrics=["final", "top"],
+        paper=paper,
+        claims=claims,
+        reasons=reasons,
+        sweep=Sweep("lr", log=True),
+    )
+
+
+PRESETS.add(
+    "tce-table1",
+    tce_table1,
+    "TCE Table 1: FedAvg +/- TCE over learning rates, GroupNorm and BatchNorm, α = 0.1 and 0.01",
+    dataset="cifar10",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 1, "paper": 3},
+    estimate="about 25 min (1 seed, --jobs 2)",
+)
+
+
+# -------------------------------------------------------------------------------- the demo
+
+
+def demo(scale: str, seeds: list[int], data: Data) -> Plan:
+    """The README's main command: FedAvg, FedProx, SCAFFOLD, FedCurv, FedReg, GradMA,
+    FedAvg+TCE and FedAdam (FedAvg's clients, Adam on the server, server_opt.lr 0.01), with
+    SGD as the reference of ``R_a``, on Fashion-MNIST over 100 clients of two label shards
+    (experiments/fmnist_pathological.toml), 30 rounds of the MLP, every run measuring its
+    forgetting (``diagnostics=forgetting`` on 100 samples per client).
+
+    ``small`` (the demo): measured 7 min 41 s with ``--jobs 2`` on 2 CPU cores that other
+    jobs also used (load average 2.5-4), 9.2 CPU-minutes in all: about 5 minutes on two free
+    cores. GradMA (3.5 min) and FedReg (3 min) run first, side by side; the forgetting
+    diagnostics are about half of every other run.
+    ``paper``: FedReg's CNN, 100 rounds, 3 seeds.
+    """
+    base = {
+        **data_keys(data),
+        "partition": "shards",
+        "partition.classes_per_client": 2,
+        "clients": 100,
+        "clients_per_round": 10,
+        "rounds": 30,
+        "local_epochs": 1,
+        "batch_size": 10,
+        "lr": 0.05,
+        "model": "mlp",
+        "eval_every": 1,
+        "checkpoint_every": 10,
+        "targets": [0.5, 0.6, 0.7, 0.8],
+        "diagnostics": ["forgetting"],
+        "diagnostics.samples": 100,
+        **pick(
+            scale,
+            paper={"model": "cnn", "rounds": 100},
+            small={},
+            ci={**CI, **CI_MLP, "diagnostics.samples": 20},
+        ),
+    }
+    methods = {
+        "SGD": {"algorithm": "sgd"},
+        "FedAvg": {"algorithm": "fedavg"},
+        "FedProx": {"algorithm": "fedprox"},
+        "SCAFFOLD": {"algorithm": "scaffold"},
+        "FedCurv": {"algorithm": "fedcurv"},
+        "FedReg": {"algorithm": "fedreg"},
+        "GradMA": {"algorithm": "gradma", "algo.beta1": 0.5},
+        "FedAvg+TCE": {"algorithm": "fedavg", "loss": "tce"},
+        "FedAdam": {"algorithm": "fedavg", "server_opt": "adam", "server_opt.lr": 0.01},
+    }
+    setting = "Fashion-MNIST, two classes per client"
+    tuned = (
+        "FedReg's γ and η_s are its paper's values for MNIST's CNN; the paper grid-searches "
+        "them per dataset and model, and they were not tuned for the MLP on Fashion-MNIST"
+    )
+    runs = [
+        RunSpec(setting, m, seed, {**algo, "seed": seed})
+        for m, algo in methods.items()
+        for seed in seeds
+    ]
+    claims = [
+        Claim(
+            "FedReg forgets less than FedAvg: a lower loss increase on the previous round's "
+            "clients (FedReg §4.3)",
+            lambda v: _lt(
+                v.get(setting, "FedReg", "loss_increase"), v.get(setting, "FedAvg", "loss_increase")
+            ),
+            tuned,
+        ),
+        Claim(
+            "FedReg reaches R_0.5 in fewer rounds than FedAvg (FedReg Table 1)",
+            fewer(setting, "FedReg", "FedAvg", "R_0.5"),
+            "R_a counts rounds to a fraction of SGD's final accuracy, which stays low after 30 "
+            "rounds of one step each: every method reaches half of it at once",
+        ),
+        Claim(
+            "FedAvg+TCE ends above FedAvg (TCE §3.2)",
+            higher(setting, "FedAvg+TCE", "FedAvg"),
+            "with two classes per client TCE's softmax covers only those two, so no client "
+            "learns to tell its classes from the other eight; the paper's gain (α = 0.1, most "
+            "clients holding several classes) comes after 4,000 rounds",
+        ),
+    ]
+    return Plan(
+        title="The demo: forgetting-aware methods against the baselines on non-IID Fashion-MNIST",
+        source="none: the demo compares the methods; its claims are FedReg's and TCE's",
+        base=base,
+        runs=runs,
+        metrics=["final", "top", "R_0.5", "R_0.9", "R_1", "MB_up", "MB_down", "loss_increase"],
+        reference="SGD",
+        claims=claims,
+        reasons=pick(scale, paper=[], small=[], ci=[CI_REASON]),
+        plots=("round", "bytes", "forgetting"),
+        paragraph=demo_paragraph,
+    )
+
+
+def demo_paragraph(v: Values, plan: Plan) -> str:
+    """A paragraph written from the demo's numbers: who led, by how much over FedAvg, at what
+    communication cost, which method forgot least."""
+    setting = plan.settings()[0]
+    methods = plan.methods(setting)
+
+    def of(metric: str) -> dict[str, float]:
+        values = {m: v.get(setting, m, metric) for m in methods}
+        return {m: x for m, x in values.items() if x is not None}
+
+    final, top, forgetting = of("final"), of("top"), of("loss_increase")
+    if not final:
+        return "No run finished."
+    mb = {
+        m: (v.get(setting, m, "MB_up") or 0.0) + (v.get(setting, m, "MB_down") or 0.0)
+        for m in final
+    }
+    leader = max(final, key=lambda m: final[m])
+    text = f"**{leader}** led with a final accuracy of {final[leader]:.4f}"
+    if leader in top:
+        text += f" (top {top[leader]:.4f})"
+    avg = final.get("FedAvg")
+    if avg is not None and leader != "FedAvg":
+        gap = 100 * (final[leader] - avg)
+        text += f", {gap:.2f} points above FedAvg's {avg:.4f}"
+        if mb.get("FedAvg"):
+            text += (
+                f", at {mb[leader] / mb['FedAvg']:.2f}x FedAvg's communication "
+                f"({mb[leader]:.1f} MB against {mb['FedAvg']:.1f} MB, up and down)"
+            )
+    text += "."
+    others = sorted((m for m in final if m != leader), key=lambda m: -final[m])
+    if others:
+        text += f" Next came {others[0]} ({final[others[0]]:.4f})"
+        if len(others) > 1:
+            text += f"; last was {others[-1]} ({final[others[-1]]:.4f})"
+        text += "."
+    if forgetting:
+        least = min(forgetting, key=lambda m: forgetting[m])
+        most = max(forgetting, key=lambda m: forgetting[m])
+        text += (
+            f" **{least}** forgot least: its local training raised the loss on the previous "
+            f"round's clients by {forgetting[least]:.4f} on average"
+        )
+        if "FedAvg" in forgetting and least != "FedAvg":
+            text += f" (FedAvg: {forgetting['FedAvg']:.4f})"
+        if least == "SGD":  # one full-batch step per round hardly leaves the global model
+            trained = {m: x for m, x in forgetting.items() if m != "SGD"}
+            if trained:
+                second = min(trained, key=lambda m: trained[m])
+                text += (
+                    f", as one full-batch step per round barely moves it; of the methods "
+                    f"with local epochs, {second} forgot least ({trained[second]:.4f})"
+                )
+        text += f"; {most} forgot most ({forgetting[most]:.4f})."
+    if mb.get("FedAvg"):
+        dearest = max(mb, key=lambda m: mb[m])
+        if mb[dearest] > mb["FedAvg"] * 1.01:
+            text += f" {dearest} sent the most, {mb[dearest] / mb['FedAvg']:.2f}x FedAvg's bytes."
+    return text
+
+
+PRESETS.add(
+    "demo",
+    demo,
+    "the README's main command: 8 methods head to head on non-IID Fashion-MNIST, with forgetting",
+    dataset="fashion-mnist",
+    seeds={"ci": 1, "small": 1, "paper": 3},
+    estimate="about 8 min (1 seed, --jobs 2)",
+)

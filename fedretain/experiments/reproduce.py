@@ -1,0 +1,829 @@
+"""``fedretain reproduce NAME --out DIR``: run a preset's plan and write its report.
+
+The presets (:mod:`fedretain.experiments.presets`) declare the runs, the paper's numbers and
+the paper's claims; this module runs them and writes ``DIR/report.md``:
+
+- each run goes to ``DIR/<setting>/<method>/seed<k>/`` (the results folder of
+  ``fedretain run``, with the run's output in ``run.log``): a folder with ``summary.json`` is
+  skipped, one with a checkpoint continued, so an interrupted ``reproduce`` picks up where it
+  stopped; ``jobs`` runs at a time, each in its own process with one torch thread; a run that
+  fails is reported and the others go on;
+- the report: per setting the paper's numbers beside ours (mean ± std over the seeds and each
+  seed's value), accuracy-over-round plots, each claim with its verdict (over the seeds, and
+  per seed) and, where it did not hold, the most likely reason; and the command line that
+  reproduces it. Several presets at once go to ``DIR/<preset>/`` with one ``DIR/report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import redirect_stderr, redirect_stdout, suppress
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from fedretain.errors import ConfigError, DataError, FedRetainError
+from fedretain.experiments.presets import INF, PRESETS, SCALES, Data, Plan, RunSpec, slug
+from fedretain.experiments.report import RunResult, load_run
+from fedretain.files import atomic_write_text, read_jsonl, save_figure
+from fedretain.metrics.accuracy import r_a, rounds_to
+from fedretain.recipe.config import Config, load_config, parse_value, toml_text
+
+THREADS = 1  # torch threads of every run: runs go in parallel instead (--jobs)
+# the slowest algorithms start first, so that parallel jobs finish together (x a FedAvg run)
+SLOW = {"gradma": 8.0, "gradma-w": 7.0, "fedreg": 6.0, "fedcurv": 2.0, "mifa": 1.5}
+ACTS = 0.005  # a sweep's series "acts" once its accuracy curve departs this far from the baseline
+
+
+@dataclass
+class Job:
+    """One planned run of a preset: its config arguments, folder and state."""
+
+    preset: str
+    spec: RunSpec
+    args: list[str]  # KEY=VALUE, as `fedretain run` takes them
+    folder: Path
+    state: str  # done | resume | fresh
+
+
+@dataclass
+class Section:
+    """One preset of an invocation: its plan, data, folder and jobs."""
+
+    name: str
+    plan: Plan
+    data: Data
+    folder: Path
+    jobs: list[Job]
+    command: str
+
+
+# ------------------------------------------------------------------------------- planning
+
+
+def as_args(values: dict[str, Any]) -> list[str]:
+    """Flat config keys as ``KEY=VALUE`` arguments that ``load_config`` reads back as they are."""
+    out = []
+    for key, value in values.items():
+        if isinstance(value, str):
+            text = value if parse_value(value) == value else json.dumps(value)
+        else:
+            text = toml_text(value)
+        out.append(f"{key}={text}")
+    return out
+
+
+def resolve_data(paper: str, standin: str | None, data_dirs: list[str]) -> Data:
+    """The paper's dataset from ``--data-dir`` (``DIR`` or ``NAME=DIR``) or its default folder;
+    else the stand-in; else a :class:`Data` that says which files are missing."""
+    from fedretain.data.datasets import load_dataset
+
+    named = dict(d.split("=", 1) for d in data_dirs if "=" in d)
+    folders = [named[paper]] if paper in named else [d for d in data_dirs if "=" not in d] + [""]
+    error = ""
+    for folder in folders:
+        try:
+            samples = len(load_dataset(paper, folder or None).y_train)
+            return Data(paper, folder, paper, samples=samples)
+        except (DataError, ConfigError) as e:
+            error = str(e)
+    if standin:
+        try:
+            samples = len(load_dataset(standin).y_train)
+            note = f"{standin} stands in for {paper}: {error}"
+            return Data(standin, "", paper, note=note, samples=samples)
+        except (DataError, ConfigError) as e:
+            error = f"{error}; the stand-in {standin} is missing too: {e}"
+    return Data(paper, "", paper, missing=error)
+
+
+def job_state(folder: Path, cfg: Config) -> str:
+    """``done`` (summary.json of at least the planned rounds), ``resume`` (a checkpoint to
+    continue or extend) or ``fresh``; a ConfigError when the folder holds other settings."""
+    if (folder / "config.toml").is_file():
+        differ = changed_keys(folder, cfg)
+        if differ:
+            raise ConfigError(
+                f"{folder} holds a run with other settings ({', '.join(differ)}); delete it "
+                "or choose another --out"
+            )
+    checkpoint = (folder / "checkpoint" / "meta.json").is_file()
+    if (folder / "summary.json").is_file():
+        summary = json.loads((folder / "summary.json").read_text())
+        short = summary.get("rounds", 0) < cfg.rounds and "stopped" not in summary
+        return "resume" if short and checkpoint else "done"
+    return "resume" if checkpoint else "fresh"
+
+
+def changed_keys(folder: Path, cfg: Config) -> list[str]:
+    """The settings (those a resume may not change) in which ``folder``'s run differs."""
+    from fedretain.experiments.checkpoint import fingerprint
+    from fedretain.recipe.config import config_from_text
+
+    try:
+        old = fingerprint(config_from_text((folder / "config.toml").read_text()))
+    except FedRetainError:
+        return ["config.toml unreadable"]
+    new, defaults = fingerprint(cfg), fingerprint(Config())  # a newer key: its default
+    return sorted(k for k in set(old) | set(new) if old.get(k, defaults.get(k)) != new.get(k))
+
+
+def command_line(
+    name: str, out: Path, scale: str, seeds: int, data_dirs: list[str], extra: list[str]
+) -> str:
+    # NAME and the KEY=VALUE settings together: argparse reads one block of positionals
+    words = ["fedretain", "reproduce", name, *extra, "--out", str(out), "--scale", scale]
+    words += ["--seeds", str(seeds)]
+    for d in data_dirs:
+        words += ["--data-dir", d]
+    return shlex.join(words)
+
+
+def plan_section(
+    name: str,
+    folder: Path,
+    scale: str,
+    seeds: int | None,
+    data_dirs: list[str],
+    extra: list[str],
+    out: Path,
+    several: bool,
+) -> Section:
+    entry = PRESETS.get(name)
+    data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs)
+    n = seeds or entry.meta["seeds"][scale]
+    plan = entry.factory(scale, list(range(n)), data)
+    jobs = []
+    for spec in plan.runs:
+        args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": THREADS})
+        args += extra
+        cfg = load_config(None, args)  # every setting checked before anything runs
+        run_folder = folder / spec.folder
+        state = job_state(run_folder, cfg) if not data.missing else "missing"
+        jobs.append(Job(name, spec, args, run_folder, state))
+    command = command_line(name, out / name if several else out, scale, n, data_dirs, extra)
+    return Section(name, plan, data, folder, jobs, command)
+
+
+# -------------------------------------------------------------------------------- running
+
+
+def run_one(args: list[str], folder: str, resume: bool) -> dict[str, Any]:
+    """One run (in this process or a worker): its output goes to ``folder/run.log``."""
+    from fedretain.experiments.run import run_experiment
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "run.log", "a") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            cfg = load_config(None, args)
+            summary = run_experiment(cfg, out, progress=False, resume=resume)
+        except Exception:
+            traceback.print_exc(file=log)
+            raise
+    return {"final_accuracy": summary["final_accuracy"], "wall_seconds": summary["wall_seconds"]}
+
+
+def one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if isinstance(e, FedRetainError) else f"{type(e).__name__}: {text}"
+
+
+def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dict[Path, str]:
+    """Run the jobs not done yet, ``parallel`` at a time; returns folder -> error of the runs
+    that failed (the others go on)."""
+    todo = [j for j in jobs if j.state in ("fresh", "resume")]
+    skipped = sum(j.state == "done" for j in jobs)
+    if skipped:
+        echo(f"{skipped} run(s) already finished: skipped")
+    errors: dict[Path, str] = {}
+
+    def done(i: int, job: Job, result: dict[str, Any] | None, error: str) -> None:
+        what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
+        what += f"seed {job.spec.seed}"
+        if error:
+            errors[job.folder] = error
+            echo(f"{what}: failed: {error} (log: {job.folder / 'run.log'})")
+        else:
+            assert result is not None
+            verb = "continued" if job.state == "resume" else "final"
+            echo(f"{what}: {verb} {result['final_accuracy']:.4f} ({result['wall_seconds']:.1f} s)")
+
+    if parallel <= 1 or len(todo) <= 1:
+        for i, job in enumerate(todo, 1):
+            try:
+                result = run_one(job.args, str(job.folder), job.state == "resume")
+                done(i, job, result, "")
+            except Exception as e:
+                done(i, job, None, one_line(e))
+        return errors
+    todo.sort(key=lambda j: -SLOW.get(algorithm_of(j), 1.0))
+    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
+        futures = {
+            pool.submit(run_one, j.args, str(j.folder), j.state == "resume"): j for j in todo
+        }
+        for i, future in enumerate(as_completed(futures), 1):
+            job = futures[future]
+            try:
+                done(i, job, future.result(), "")
+            except Exception as e:
+                done(i, job, None, one_line(e))
+    return errors
+
+
+def algorithm_of(job: Job) -> str:
+    return next((a.split("=", 1)[1] for a in reversed(job.args) if a.startswith("algorithm=")), "")
+
+
+def reproduce(
+    names: list[str],
+    out: str | Path,
+    scale: str = "small",
+    seeds: int | None = None,
+    jobs: int = 1,
+    data_dirs: list[str] | None = None,
+    extra: list[str] | None = None,
+    echo: Callable[[str], None] = print,
+) -> Path:
+    """Run the presets ``names`` (``all``: every preset) at ``scale`` into ``out`` and write
+    ``out/report.md``; returns its path. ``extra``: KEY=VALUE settings for every run."""
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
+    if seeds is not None and seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    names = list(PRESETS) if names == ["all"] else list(dict.fromkeys(names))
+    for name in names:
+        PRESETS.get(name)  # an unknown name: one line naming the choices
+    out = Path(out)
+    several = len(names) > 1
+    data_dirs, extra = list(data_dirs or []), list(extra or [])
+    sections = []
+    for name in names:
+        folder = out / name if several else out
+        section = plan_section(name, folder, scale, seeds, data_dirs, extra, out, several)
+        if section.data.note and section.plan.base.get("dataset") == section.data.name:
+            echo(f"{name}: {section.data.note}")
+        if section.data.missing:
+            echo(f"{name}: not run: {section.data.missing}")
+        sections.append(section)
+    errors = run_jobs([j for s in sections for j in s.jobs], jobs, echo)
+    texts = []
+    for section in sections:
+        text = write_report(section, errors)
+        texts.append(text if not several else relink(text, section.name))
+    report = out / "report.md"
+    if several:
+        index = ["# fedretain reproduce", ""]
+        index += [f"- [{s.plan.title}]({s.name}/report.md)" for s in sections]
+        atomic_write_text(report, "\n".join([*index, "", *texts]))
+    if errors:
+        echo(f"{len(errors)} run(s) failed; the report lists them")
+    echo(f"report written to {report}")
+    return report
+
+
+def relink(text: str, prefix: str) -> str:
+    """A preset's report inside the combined one: images under its folder, headings one down."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("!["):
+            label, _, rest = line.partition("](")
+            line = f"{label}]({prefix}/{rest}"
+        if line.startswith("#"):
+            line = "#" + line
+        lines.append(line)
+    return "\n".join(lines)
+
+
+# -------------------------------------------------------------------------------- results
+
+
+class Results:
+    """The finished runs of a plan and the metrics computed from them."""
+
+    def __init__(self, plan: Plan, runs: dict[tuple[str, str, int], RunResult]) -> None:
+        self.plan = plan
+        self.runs = runs
+        self.by_key = {(s.setting, s.method, s.seed): s for s in plan.runs}
+        self.seeds = sorted({s.seed for s in plan.runs})
+
+    def run(self, setting: str, method: str, seed: int) -> RunResult | None:
+        return self.runs.get((setting, method, seed))
+
+    def value(self, spec: RunSpec, metric: str) -> float | None:
+        run = self.runs.get((spec.setting, spec.method, spec.seed))
+        if run is None:
+            return None
+        s = run.summary
+        if metric == "final":
+            return s["final_accuracy"]
+        if metric == "top":
+            return s["top_accuracy"]
+        if metric.startswith("R_"):
+            ref = self.run(spec.setting, self.plan.reference, spec.seed)
+            if ref is None:
+                return None
+            reached = r_a(run.records, ref.summary["final_accuracy"], float(metric[2:]))
+            return INF if reached is None else reached
+        if metric.startswith("to:"):
+            target = self.plan.target(metric[3:], spec.setting)
+            if target is None:
+                return None
+            reached = rounds_to(run.records, target)
+            return INF if reached is None else reached
+        if metric in ("MB_up", "MB_down"):
+            return s["bytes_" + metric[3:]] / 1e6
+        if metric in ("loss_increase", "loss_increase_ref"):
+            return (s.get("forgetting") or {}).get(metric + "_mean")
+        if metric == "wall_s":
+            return s.get("wall_seconds")
+        raise ValueError(f"unknown metric {metric!r}")
+
+    def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
+        specs = [self.by_key.get((setting, method, seed)) for seed in self.seeds]
+        return [self.value(s, metric) for s in specs if s is not None]
+
+    def view(self, seed: int | None) -> View:
+        return View(self, seed)
+
+
+class View:
+    """One seed's values (``seed``), or the means over the seeds (``None``): what a claim
+    checks. A mean is None when a seed's run is missing."""
+
+    def __init__(self, results: Results, seed: int | None) -> None:
+        self.results = results
+        self.seed = seed
+
+    def get(self, setting: str, method: str, metric: str) -> float | None:
+        if self.seed is not None:
+            spec = self.results.by_key.get((setting, method, self.seed))
+            return self.results.value(spec, metric) if spec is not None else None
+        values = self.results.per_seed(setting, method, metric)
+        if not values or any(v is None for v in values):
+            return None
+        return statistics.fmean(values)  # type: ignore[arg-type]
+
+
+def load_results(section: Section) -> Results:
+    runs = {}
+    for job in section.jobs:
+        if (job.folder / "summary.json").is_file():
+            with suppress(DataError):
+                runs[job.spec.setting, job.spec.method, job.spec.seed] = load_run(job.folder)
+    return Results(section.plan, runs)
+
+
+# ------------------------------------------------------------------------------ the report
+
+LABELS = {
+    "final": "final acc",
+    "top": "top acc",
+    "R_0.5": "R_0.5",
+    "R_0.9": "R_0.9",
+    "R_1": "R_1.0",
+    "MB_up": "MB up",
+    "MB_down": "MB down",
+    "loss_increase": "loss increase",
+    "loss_increase_ref": "reference's loss increase",
+    "wall_s": "wall s",
+}
+
+
+def label(metric: str) -> str:
+    return f"rounds to {metric[3:]}" if metric.startswith("to:") else LABELS[metric]
+
+
+def fmt(value: Any, metric: str) -> str:
+    """One number as the table shows it: '-' for a target never reached (or no value)."""
+    if value is None or value == INF:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if metric.startswith(("R_", "to:")):
+        return f"{value:g}" if value == int(value) else f"{value:.1f}"
+    if metric.startswith("MB") or metric == "wall_s":
+        return f"{value:.1f}"
+    return f"{value:.4f}"
+
+
+def cell(values: list[float | None], metric: str) -> str:
+    """Mean ± std over the seeds, then each seed's value."""
+    if not values:
+        return "not run"
+    if len(values) == 1:
+        return fmt(values[0], metric)
+    shown = ", ".join(fmt(v, metric) for v in values)
+    if any(v is None or v == INF for v in values):
+        return f"- ({shown})"
+    mean, std = statistics.fmean(values), statistics.stdev(values)  # type: ignore[arg-type]
+    return f"{fmt(mean, metric)} ± {fmt(std, metric)} ({shown})"
+
+
+def write_report(section: Section, errors: dict[Path, str]) -> str:
+    """Write ``<preset folder>/report.md`` and its plots; returns the markdown."""
+    plan, data, folder = section.plan, section.data, section.folder
+    results = load_results(section)
+    seeds = results.seeds
+    lines = [f"# {plan.title}", ""]
+    lines.append(
+        f"Preset `{section.name}`, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
+        f"the paper's numbers: {plan.source}."
+    )
+    lines += ["", "Reproduce it with", "", "```bash", section.command, "```", ""]
+    if data.missing:
+        lines += [f"**Not run: the data are missing.** {data.missing}", ""]
+        lines.append(
+            "Then run the command above with `--data-dir FOLDER` (the folder holding the files)."
+        )
+        lines.append("")
+    elif data.note and plan.base.get("dataset") == data.name:
+        lines += [f"Data: {data.note}", ""]
+    if plan.reasons:
+        lines += ["What differs from the paper here:", ""]
+        lines += [f"- {r}" for r in plan.reasons] + [""]
+    finished = len(results.runs)
+    wall = sum(r.summary.get("wall_seconds") or 0 for r in results.runs.values())
+    lines += [
+        f"Runs: {finished} of {len(plan.runs)} finished, {wall:.0f} s of training in all.",
+        "",
+    ]
+    lines += results_tables(plan, results, folder)
+    if plan.paragraph and finished:
+        lines += ["## Summary", "", plan.paragraph(results.view(None), plan), ""]
+    lines += extra_plots(plan, results, folder)
+    if plan.sweep:
+        lines += sweep_section(plan, results, folder)
+    lines += claims_section(plan, results, data)
+    failed = [j for j in section.jobs if j.folder in errors]
+    if failed:
+        lines += ["## Runs that failed", ""]
+        lines += [f"- `{j.folder}`: {errors[j.folder]} (log: `run.log`)" for j in failed]
+        lines.append("")
+    lines += ["## Every run", "", "<details><summary>The command of each run</summary>", ""]
+    lines += ["```bash"]
+    lines += [
+        shlex.join(["fedretain", "run", *j.args, "--out", str(j.folder)]) for j in section.jobs
+    ]
+    lines += ["```", "", "</details>", ""]
+    text = "\n".join(lines)
+    atomic_write_text(folder / "report.md", text)
+    return text
+
+
+def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
+    lines = ["## Results", ""]
+    if len(results.seeds) > 1:
+        lines += ["Ours: mean ± std over the seeds (each seed's value); '-': never reached.", ""]
+    for setting in plan.settings():
+        methods = plan.methods(setting)
+        head, cols = ["method"], []
+        keys = {*methods, *(series_of(plan, setting, m) for m in methods)}
+        for metric in plan.metrics_of(setting):
+            if any(metric in plan.paper.get((setting, m), {}) for m in keys):
+                head.append(f"{label(metric)} (paper)")
+                cols.append((metric, True))
+            head.append(label(metric))
+            cols.append((metric, False))
+        lines += [f"### {setting}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for method in methods:
+            row = [method]
+            for metric, paper in cols:
+                if paper:
+                    row.append(fmt(paper_value(plan, results, setting, method, metric), metric))
+                else:
+                    row.append(cell(results.per_seed(setting, method, metric), metric))
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        curves = [
+            (name, mean_curve(results, setting, name))
+            for name in round_lines(plan, results, setting)
+        ]
+        curves = [(n, c) for n, c in curves if c]
+        if curves and "round" in plan.plots:
+            from fedretain.experiments.plots import plot_curves
+
+            path = f"accuracy-{slug(setting)}.png"
+            plot_curves(curves, folder / path, x="round", title=setting)
+            lines += [f"![accuracy over rounds, {setting}]({path})", ""]
+    lines += target_notes(plan)
+    lines += [line for note in plan.notes for line in (note, "")]
+    if plan.reference and any(m.startswith("R_") for m in plan.metrics):
+        lines += [
+            f"R_a: the first round reaching a x the final accuracy of {plan.reference} in the "
+            "same setting and seed (FedReg's measure).",
+            "",
+        ]
+    return lines
+
+
+def target_notes(plan: Plan) -> list[str]:
+    """What each rounds-to column counts: our target, and the paper's where it differs."""
+    lines = []
+    for key in plan.targets:
+        parts = []
+        for setting in plan.settings():
+            mine, theirs = plan.target(key, setting), plan.target(key, setting, paper=True)
+            if mine is None:
+                continue
+            text = f"{mine:.0%}"
+            if theirs is not None and abs(mine - theirs) > 1e-9:
+                text += f" (the paper: {theirs:.0%})"
+            parts.append(text if not isinstance(plan.targets[key], dict) else f"{setting}: {text}")
+        parts = list(dict.fromkeys(parts))
+        if parts:
+            lines += [f"Rounds to {key}: the first round reaching {', '.join(parts)}.", ""]
+    return lines
+
+
+def paper_value(plan: Plan, results: Results, setting: str, method: str, metric: str) -> Any:
+    """The paper's number for a row; a sweep's series without its own row (the paper's tuned
+    value) shows it on the row of our best value (highest mean final accuracy)."""
+    own = plan.paper.get((setting, method))
+    if own is not None:
+        return own.get(metric)
+    series = series_of(plan, setting, method)
+    theirs = plan.paper.get((setting, series))
+    if theirs is None or method not in round_lines(plan, results, setting):
+        return None
+    return theirs.get(metric)
+
+
+def round_lines(plan: Plan, results: Results, setting: str) -> list[str]:
+    """The methods drawn over rounds: all of them, or in a sweep each series at its best x."""
+    methods = plan.methods(setting)
+    if not plan.sweep:
+        return methods
+    chosen = []
+    for series in dict.fromkeys(r.line for r in plan.runs if r.setting == setting):
+        members = [m for m in methods if series_of(plan, setting, m) == series]
+        scored = [(results.view(None).get(setting, m, "final"), m) for m in members]
+        scored = [(v, m) for v, m in scored if v is not None]
+        if scored:
+            chosen.append(max(scored)[1])
+    return chosen
+
+
+def series_of(plan: Plan, setting: str, method: str) -> str:
+    return next(r.line for r in plan.runs if r.setting == setting and r.method == method)
+
+
+def mean_curve(results: Results, setting: str, method: str) -> list[dict[str, Any]]:
+    """The accuracy and bytes per evaluated round, averaged over the seeds that finished."""
+    runs = [r for s in results.seeds if (r := results.run(setting, method, s)) is not None]
+    if not runs:
+        return []
+    rounds = set.intersection(*({rec["round"] for rec in r.records} for r in runs))
+    out = []
+    for rnd in sorted(rounds):
+        recs = [next(x for x in r.records if x["round"] == rnd) for r in runs]
+        out.append(
+            {
+                "round": rnd,
+                "test_accuracy": statistics.fmean(x["test_accuracy"] for x in recs),
+                "bytes_up": statistics.fmean(x["bytes_up"] for x in recs),
+                "bytes_down": statistics.fmean(x["bytes_down"] for x in recs),
+            }
+        )
+    return out
+
+
+def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
+    """Accuracy against bytes, and the forgetting plot (loss increase per round)."""
+    lines = []
+    for setting in plan.settings():
+        curves = [(m, mean_curve(results, setting, m)) for m in plan.methods(setting)]
+        curves = [(n, c) for n, c in curves if c]
+        if "bytes" in plan.plots and curves:
+            from fedretain.experiments.plots import plot_curves
+
+            path = f"accuracy_vs_bytes-{slug(setting)}.png"
+            plot_curves(curves, folder / path, x="bytes", title=setting)
+            lines += [f"![accuracy against communication, {setting}]({path})", ""]
+        if "forgetting" in plan.plots:
+            series = []
+            for method in plan.methods(setting):
+                rows = forgetting_rows(results, setting, method)
+                if rows:
+                    series.append((method, rows))
+                ref = forgetting_rows(results, setting, method, "loss_increase_ref_mean")
+                if ref:  # diagnostics.reference: its local models from the same global models
+                    series.append((f"{method}'s reference, same global models", ref))
+            if series:
+                path = f"forgetting-{slug(setting)}.png"
+                plot_lines(
+                    series,
+                    folder / path,
+                    xlabel="round t",
+                    ylabel="loss increase on the clients of round t-1",
+                    title=f"{setting}: forgetting (lower is better)",
+                )
+                lines += [
+                    f"![forgetting, {setting}]({path})",
+                    "",
+                    "Forgetting: loss(t) - loss(t-1) on the previous round's clients' data, "
+                    "averaged over this round's local models (FedReg App. B.1; "
+                    "`diagnostics=forgetting`); mean over the seeds.",
+                    "",
+                ]
+    return lines
+
+
+def forgetting_rows(
+    results: Results, setting: str, method: str, key: str = "loss_increase_mean"
+) -> list[tuple[float, float]]:
+    """``key`` of each round of ``forgetting.jsonl``, mean over the seeds."""
+    per_round: dict[int, list[float]] = {}
+    for seed in results.seeds:
+        run = results.run(setting, method, seed)
+        path = run.path / "forgetting.jsonl" if run else None
+        if path is None or not path.is_file():
+            continue
+        for r in read_jsonl(path):
+            if key in r:
+                per_round.setdefault(r["round"], []).append(r[key])
+    return [(float(k), statistics.fmean(v)) for k, v in sorted(per_round.items())]
+
+
+def plot_lines(
+    series: list[tuple[str, list[tuple[float, float]]]],
+    path: Path,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    log: bool = False,
+    hlines: list[tuple[str, float]] | None = None,
+) -> None:
+    """Lines of (x, y) points, one per label; ``hlines``: labelled horizontal lines."""
+    from fedretain.experiments import plots  # matplotlib on the Agg backend
+
+    fig, ax = plots.plt.subplots(figsize=(6.4, 4.2))
+    for name, points in series:
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    for name, y in hlines or []:
+        ax.axhline(y, linestyle="--", color="grey", label=name)
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+    plots.plt.close(fig)
+
+
+def sweep_section(plan: Plan, results: Results, folder: Path) -> list[str]:
+    """Final accuracy against the swept value per series, and where a series departs from the
+    baseline method."""
+    sweep = plan.sweep
+    assert sweep is not None
+    mean = results.view(None)
+    lines = [f"## Accuracy against {sweep.key}", ""]
+    for setting in plan.settings():
+        specs = [r for r in plan.runs if r.setting == setting and r.x is not None]
+        series = list(dict.fromkeys(r.line for r in specs))
+        xs = sorted({r.x for r in specs if r.x is not None})
+        by = {(r.line, r.x): r.method for r in specs}
+        head = [sweep.key, *[f"{s} final acc" for s in series]]
+        lines += [f"### {setting}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for x in xs:
+            row = [f"{x:g}"]
+            for s in series:
+                method = by.get((s, x))
+                row.append(fmt(mean.get(setting, method, "final"), "final") if method else "")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        points = []
+        for s in series:
+            pts = [
+                (x, v)
+                for x in xs
+                if (m := by.get((s, x))) and (v := mean.get(setting, m, "final")) is not None
+            ]
+            if pts:
+                points.append((s, pts))
+        hlines = []
+        if sweep.baseline:
+            base = mean.get(setting, sweep.baseline, "final")
+            if base is not None:
+                hlines.append((sweep.baseline, base))
+                lines.append(f"{sweep.baseline}: final accuracy {base:.4f}.")
+            for s in series:
+                acts = next(
+                    (
+                        x
+                        for x in xs
+                        if (m := by.get((s, x))) and departs(results, setting, m, sweep.baseline)
+                    ),
+                    None,
+                )
+                gap = f"more than {ACTS * 100:g} points at some evaluated round (same seed)"
+                if acts is None:
+                    lines.append(
+                        f"{s}'s accuracy curve stays within {ACTS * 100:g} points of "
+                        f"{sweep.baseline}'s (same seed) at every {sweep.key} swept: its "
+                        "penalty does not act at these values here."
+                    )
+                else:
+                    lines.append(
+                        f"{s}'s penalty acts from {sweep.key} = {acts:g}: from there on its "
+                        f"accuracy curve leaves {sweep.baseline}'s by {gap}; below, it tracks "
+                        f"{sweep.baseline}'s."
+                    )
+            lines.append("")
+        if points:
+            path = f"sweep-{slug(setting)}.png"
+            plot_lines(
+                points,
+                folder / path,
+                xlabel=sweep.key,
+                ylabel="final test accuracy (mean over seeds)",
+                title=setting,
+                log=sweep.log,
+                hlines=hlines,
+            )
+            lines += [f"![final accuracy against {sweep.key}, {setting}]({path})", ""]
+    return lines
+
+
+def departs(results: Results, setting: str, method: str, baseline: str) -> bool:
+    """Whether ``method``'s accuracy curves leave ``baseline``'s (same seed) by more than
+    :data:`ACTS` at some evaluated round, on average over the seeds."""
+    gaps = []
+    for seed in results.seeds:
+        a, b = results.run(setting, method, seed), results.run(setting, baseline, seed)
+        if a is None or b is None:
+            continue
+        acc = {r["round"]: r["test_accuracy"] for r in b.records}
+        diffs = [abs(r["test_accuracy"] - acc[r["round"]]) for r in a.records if r["round"] in acc]
+        gaps.append(max(diffs, default=0.0))
+    return bool(gaps) and statistics.fmean(gaps) > ACTS
+
+
+def verdict(result: bool | None) -> str:
+    return {True: "held", False: "did not hold", None: "undecided"}[result]
+
+
+def claims_section(plan: Plan, results: Results, data: Data) -> list[str]:
+    lines = ["## Claims", ""]
+    many = len(results.seeds) > 1
+    head = ["#", "claim", "verdict"] + (["per seed"] if many else []) + ["likely reason"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    held = 0
+    for i, claim in enumerate(plan.claims, 1):
+        if data.missing:
+            row = [str(i), claim.text, "not run (data missing)"] + ([""] if many else []) + [""]
+            lines.append("| " + " | ".join(row) + " |")
+            continue
+        overall = claim.check(results.view(None))
+        seeds = [claim.check(results.view(s)) for s in results.seeds]
+        held += overall is True
+        reason = ""
+        if overall is not True:
+            parts = [claim.why_not] if claim.why_not else []
+            if plan.reasons:  # the differences listed above, by their first words
+                parts.insert(0, ", ".join(r.split(":")[0] for r in plan.reasons) + " (above)")
+            if overall is None:
+                missing = len(results.runs) < len(plan.runs)
+                parts.insert(0, "runs are missing" if missing else "no side reached its target")
+            reason = "; ".join(parts)
+        row = [str(i), claim.text, f"**{verdict(overall)}**"]
+        if many:
+            row.append(", ".join(verdict(s) for s in seeds))
+        row.append(reason or "")
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    if not data.missing:
+        lines += [
+            f"{held} of {len(plan.claims)} claims held (on the means over the seeds; "
+            "'undecided': runs are missing, or no side reached the target).",
+            "",
+        ]
+    return lines
+
+
+def list_presets() -> list[str]:
+    """One line per preset: name, description, the paper's dataset, the small-scale estimate."""
+    width = max(len(n) for n in PRESETS)
+    out = []
+    for name, entry in PRESETS.items():
+        data = entry.meta["dataset"]
+        if entry.meta.get("standin"):
+            data += f" ({entry.meta['standin']} stands in)"
+        out.append(
+            f"{name:<{width}}  {entry.description}; data: {data}; small: {entry.meta['estimate']}"
+        )
+    return out
+
+
+__all__ = ["Results", "View", "list_presets", "reproduce", "resolve_data", "run_one"]

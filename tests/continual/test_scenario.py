@@ -1,0 +1,252 @@
+"""The continual scenario: task switching, the current-task-only data rule, seen-class
+evaluation, the accuracy matrix and its measures, exact resume across task boundaries."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from fedretain.continual.tasks import seen_classes
+from fedretain.errors import ConfigError
+from fedretain.experiments.run import Run, run_experiment
+from fedretain.files import read_jsonl
+from fedretain.metrics.continual import average_accuracy, average_forgetting, backward_transfer
+from fedretain.recipe.config import make_config
+from fedretain.recipe.federation import build_federation, describe_task_plan
+
+CI = {
+    "dataset": "digits",
+    "model": "mlp",
+    "model.hidden": [16],
+    "scenario": "class_incremental",
+    "scenario.tasks": 3,
+    "scenario.classes_per_task": 2,
+    "scenario.rounds_per_task": 2,
+    "rounds": 6,
+    "clients": 3,
+    "clients_per_round": 3,
+    "batch_size": 16,
+    "local_steps": 3,
+    "lr": 0.1,
+    "engine": "sequential",
+    "threads": 1,
+}
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+
+def test_measures_by_hand():
+    r = [[0.9, 0.1, 0.0], [0.6, 0.8, 0.1], [0.5, 0.7, 0.9]]
+    assert average_accuracy(r) == pytest.approx((0.5 + 0.7 + 0.9) / 3)
+    # task 0: max(0.9, 0.6) - 0.5 = 0.4; task 1: 0.8 - 0.7 = 0.1
+    assert average_forgetting(r) == pytest.approx((0.4 + 0.1) / 2)
+    assert backward_transfer(r) == pytest.approx(((0.5 - 0.9) + (0.7 - 0.8)) / 2)
+    assert average_forgetting(r[:1]) == 0.0 and backward_transfer(r[:1]) == 0.0
+    assert average_accuracy(r[:2]) == pytest.approx((0.6 + 0.8) / 2)
+
+
+def test_config_refuses_what_a_scenario_cannot_run():
+    with pytest.raises(ConfigError, match="set rounds=6"):
+        make_config({**CI, "rounds": 5})
+    with pytest.raises(ConfigError, match="task plan"):
+        make_config({**CI, "partition": "dirichlet"})
+    with pytest.raises(ConfigError, match=r"scenario\.tsks"):
+        make_config({**CI, "scenario.tsks": 3})
+
+
+def test_clients_see_only_their_current_task_and_evaluation_uses_seen_classes(tmp_path):
+    cfg = make_config(CI)
+    run = Run(cfg, tmp_path)
+    run.start()
+    plan = run.fed.continual.plan
+    seen = []
+    algo = run.rounds.algorithm
+    base_init = algo.local_init
+
+    def spy(down, client_state, ctx):
+        seen.append((ctx.info.round, ctx.client_id, ctx.data["y"].clone()))
+        return base_init(down, client_state, ctx)
+
+    run.rounds.algorithm = replace(algo, local_init=spy)
+    y_train = run.fed.dataset.y_train
+    for rnd in range(cfg.rounds):
+        metrics = run.round(rnd)
+        task = rnd // 2
+        for cid in range(3):  # the clients' parts are this task's, and nothing else
+            np.testing.assert_array_equal(run.rounds.clients.parts[cid], plan.indices[cid][task])
+        record = run.evaluate(metrics)
+        assert record["task"] == task
+        # the reported accuracy is on the test samples of the classes seen so far
+        p, b = run.fed.algorithm.global_model(run.server_state)
+        y = run.fed.dataset.y_test
+        mask = np.isin(y.numpy(), seen_classes(plan, task))
+        acc, _ = run.fed.task.evaluate(p, b, run.fed.dataset.x_test[mask], y[mask])
+        assert record["test_accuracy"] == pytest.approx(acc)
+    assert len(seen) == 3 * cfg.rounds
+    for rnd, cid, y in seen:
+        task = rnd // 2
+        expected = y_train[torch.from_numpy(plan.indices[cid][task].copy())]
+        assert torch.equal(y, expected)  # exactly this task's samples
+        assert set(y.tolist()) == set(plan.classes[cid][task])
+    # the data API has no way back
+    with pytest.raises(ConfigError, match="cannot go back"):
+        run.fed.continual.data.advance_to(0)
+
+
+def test_run_writes_the_matrix_measures_and_plots(tmp_path):
+    summary = run_experiment(make_config(CI), tmp_path, progress=False)
+    matrix = summary["accuracy_matrix"]
+    assert len(matrix) == 3 and all(len(row) == 3 for row in matrix)
+    assert summary["average_forgetting"] == pytest.approx(average_forgetting(matrix))
+    assert summary["backward_transfer"] == pytest.approx(backward_transfer(matrix))
+    assert summary["average_accuracy"] == pytest.approx(average_accuracy(matrix))
+    rows = read_jsonl(tmp_path / "continual.jsonl")
+    assert [r["round"] for r in rows] == list(range(7))
+    assert [r["round"] for r in rows if r["task_end"]] == [2, 4, 6]
+    assert [r["task_accuracy"] for r in rows if r["task_end"]] == matrix
+    metrics = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [m["test_accuracy"] for m in metrics] == [r["seen_accuracy"] for r in rows]
+    assert json.loads((tmp_path / "summary.json").read_text())["accuracy_matrix"] == matrix
+    for png in ("continual_accuracy.png", "accuracy_matrix.png", "accuracy.png"):
+        assert (tmp_path / png).stat().st_size > 0
+
+
+def test_task_ends_are_evaluated_whatever_eval_every(tmp_path):
+    summary = run_experiment(make_config({**CI, "eval_every": 5}), tmp_path, progress=False)
+    assert len(summary["accuracy_matrix"]) == 3
+    assert [r["round"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 2, 4, 5, 6]
+
+
+ACGAN = {
+    "model": "acgan",
+    "model.width": 4,
+    "model.z_dim": 16,
+    "replay": "acgan",
+    "optimizer": "adam",
+    "lr": 1e-3,
+    "local_steps": 2,
+}
+METHODS = {
+    "fedavg": {"algorithm": "fedavg"},
+    "fedprox": {"algorithm": "fedprox"},
+    "fedlwf2t": {"algorithm": "fedlwf2t"},
+    "fedavg+acgan": {"algorithm": "fedavg", **ACGAN},
+    "fedprox+acgan": {"algorithm": "fedprox", **ACGAN},
+    "fedavg+dgr": {
+        "algorithm": "fedavg",
+        "replay": "dgr",
+        "replay.width": 4,
+        "replay.z_dim": 16,
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "local_steps": 2,
+    },
+    "fedprox+dgr": {
+        "algorithm": "fedprox",
+        "replay": "dgr",
+        "replay.width": 4,
+        "replay.z_dim": 16,
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "local_steps": 2,
+    },
+    "fedprox+dgr, store=disk": {
+        "algorithm": "fedprox",
+        "replay": "dgr",
+        "replay.width": 4,
+        "replay.z_dim": 16,
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "local_steps": 2,
+        "store": "disk",
+    },
+    "fedcil": {
+        "algorithm": "fedcil",
+        **{k: v for k, v in ACGAN.items() if k != "replay"},
+        "algo.consolidation_steps": 2,
+        "algo.consolidation_batch": 4,
+    },
+}
+
+
+@pytest.mark.parametrize("stop", [2, 3])  # at a task boundary and inside a task
+@pytest.mark.parametrize("method", list(METHODS))
+def test_resume_inside_and_across_task_boundaries_is_exact(tmp_path, stop, method):
+    overrides = {k: v for k, v in METHODS[method].items() if k != "model.hidden"}
+    base = {k: v for k, v in CI.items() if not (k == "model.hidden" and "model" in overrides)}
+    cfg = make_config({**base, **overrides, "checkpoint_every": 100})
+    run_experiment(cfg, tmp_path / "whole", progress=False)
+    run = Run(cfg, tmp_path / "cut")
+    run.start()
+    for rnd in range(stop):
+        run.evaluate(run.round(rnd))
+    run.checkpoint()
+    run_experiment(cfg, tmp_path / "cut", progress=False, resume=True)
+    for name in ("metrics.jsonl", "continual.jsonl"):
+        assert _strip(read_jsonl(tmp_path / "cut" / name)) == _strip(
+            read_jsonl(tmp_path / "whole" / name)
+        )
+    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    for key in ("accuracy_matrix", "average_forgetting", "backward_transfer", "final_accuracy"):
+        assert cut[key] == whole[key]
+
+
+def test_partition_shows_the_task_plan():
+    cfg = make_config(CI)
+    fed = build_federation(cfg)
+    text = describe_task_plan(cfg, fed.dataset)
+    assert text.startswith("class_incremental: 3 tasks x 2 rounds = 6 rounds")
+    assert "client 2" in text and "task 2" in text
+    assert describe_task_plan(make_config({"dataset": "digits"}), fed.dataset) is None
+
+
+def test_sigkill_inside_a_task_then_resume_matches_uninterrupted(tmp_path):
+    """A continual run with generative replay killed by SIGKILL in its second task resumes
+    (client states, task switch, continual.jsonl) to the uninterrupted run's numbers."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    settings = {
+        **{k: v for k, v in CI.items() if k != "model.hidden"},
+        **METHODS["fedavg+acgan"],
+        "scenario.rounds_per_task": 4,
+        "rounds": 12,
+        "local_steps": 4,
+        "checkpoint_every": 1,
+    }
+    args = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in settings.items()]
+    cli = [sys.executable, "-m", "fedretain.cli", "run"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [*cli, *args, "--out", str(killed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads((killed / "checkpoint" / "meta.json").read_text())["round"] >= 5:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "summary.json").exists()
+    resumed = subprocess.run([*cli, "--resume", str(killed)], env=env, capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr
+    full = tmp_path / "full"
+    subprocess.run([*cli, *args, "--out", str(full)], env=env, check=True, capture_output=True)
+    for name in ("metrics.jsonl", "continual.jsonl"):
+        assert _strip(read_jsonl(killed / name)) == _strip(read_jsonl(full / name))

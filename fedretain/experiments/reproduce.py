@@ -343,6 +343,8 @@ class Results:
             return s["bytes_" + metric[3:]] / 1e6
         if metric in ("loss_increase", "loss_increase_ref"):
             return (s.get("forgetting") or {}).get(metric + "_mean")
+        if metric in CONTINUAL:  # continual runs (scenario=...): summary.json's measures
+            return s.get(CONTINUAL[metric])
         if metric == "wall_s":
             return s.get("wall_seconds")
         raise ValueError(f"unknown metric {metric!r}")
@@ -384,7 +386,17 @@ def load_results(section: Section) -> Results:
 
 # ------------------------------------------------------------------------------ the report
 
+# continual metric -> its summary.json key (fedretain.experiments.continual)
+CONTINUAL = {
+    "avg_acc": "average_accuracy",
+    "forgetting": "average_forgetting",
+    "bwt": "backward_transfer",
+}
+
 LABELS = {
+    "avg_acc": "average accuracy",
+    "forgetting": "average forgetting",
+    "bwt": "backward transfer",
     "final": "final acc",
     "top": "top acc",
     "R_0.5": "R_0.5",

@@ -6,8 +6,9 @@ The folder (the results contract later tools read):
 - ``config.toml``: the fully resolved configuration;
 - ``metrics.jsonl``: one JSON object per evaluated round (``round``, ``test_accuracy``,
   ``test_loss``, ``train_loss``, ``lr``, cumulative ``bytes_up``/``bytes_down``, ``seconds``
-  of wall time and, on engines that can lose replies, ``lost_replies``); round 0 is the
-  initial model;
+  of wall time and, on engines that can lose replies, ``lost_replies``; with ``privacy=``,
+  ``epsilon`` and ``delta``; in a continual scenario, the round's ``task`` and the accuracy on
+  the classes seen so far); round 0 is the initial model;
 - ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
   ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
 - ``accuracy.png``: the accuracy curve;

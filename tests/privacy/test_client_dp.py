@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord
 from flwr.serverapp import strategy as flwr_strategy
 from flwr.supercore.differential_privacy import compute_adaptive_noise_params, compute_stdv
 
@@ -17,6 +17,7 @@ from fedretain.core.algorithm import RoundInfo
 from fedretain.core.optim import sgd
 from fedretain.errors import ConfigError
 from fedretain.privacy.client_dp import ClientDP, client_dp_epsilon, with_client_dp
+from tests.algorithms.test_server_side import _messages  # Flower replies of models
 from tests.tiny import run_rounds, tiny_engine
 
 SHAPES = {"a": (3, 4), "b": (4,)}  # a small model of two arrays, no buffers
@@ -62,19 +63,6 @@ def _norms(x0: dict[str, np.ndarray], models: list[dict[str, np.ndarray]]) -> np
     return np.array(
         [math.sqrt(sum(float(((m[k] - x0[k]) ** 2).sum()) for k in SHAPES)) for m in models]
     )
-
-
-def _messages(models: list[dict[str, np.ndarray]], counts: list[int]) -> list[Message]:
-    out = []
-    for model, count in zip(models, counts, strict=True):
-        content = RecordDict(
-            {
-                "arrays": ArrayRecord({k: Array(v) for k, v in model.items()}),
-                "metrics": MetricRecord({"num-examples": count}),
-            }
-        )
-        out.append(Message(content, dst_node_id=1, message_type="train"))
-    return out
 
 
 def _stacked(models: list[dict[str, np.ndarray]]) -> dict:

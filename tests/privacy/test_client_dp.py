@@ -17,24 +17,13 @@ from fedretain.core.algorithm import RoundInfo
 from fedretain.core.optim import sgd
 from fedretain.errors import ConfigError
 from fedretain.privacy.client_dp import ClientDP, client_dp_epsilon, with_client_dp
-from tests.algorithms.test_server_side import _messages  # Flower replies of models
+from tests.algorithms.test_server_side import (  # Flower replies; a run stamped on them
+    _a_flower_run,  # noqa: F401 (an autouse fixture)
+    _messages,
+)
 from tests.tiny import run_rounds, tiny_engine
 
 SHAPES = {"a": (3, 4), "b": (4,)}  # a small model of two arrays, no buffers
-
-
-@pytest.fixture(autouse=True)
-def _a_flower_run():
-    """Messages are stamped with the run of the process (a ServerApp sets it)."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    keys = ("_task_id", "_run_id", "_node_id")
-    before = [getattr(TaskIdentity, k) for k in keys]
-    for k in keys:
-        setattr(TaskIdentity, k, 1)
-    yield
-    for k, v in zip(keys, before, strict=True):
-        setattr(TaskIdentity, k, v)
 
 
 def _fedavg(dp: ClientDP, **hparams):

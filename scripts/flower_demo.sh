@@ -75,7 +75,8 @@ done
 for k in $(seq 0 $((CLIENTS - 1))); do
     NODE_PORT=$(free_port)       # the SuperNode's own API, for its ClientApp processes
     echo "SuperNode $k on 127.0.0.1:$NODE_PORT, partition-id=$k"
-    "$BIN/flower-supernode" --insecure --superlink "127.0.0.1:$PORT" \
+    # a warm SuperNode: one long-running ClientApp process serves every message (docs/flower.md)
+    "$BIN/python" -m fedretain.flower.node node --insecure --superlink "127.0.0.1:$PORT" \
         --host 127.0.0.1 --port "$NODE_PORT" \
         --node-config "partition-id=$k num-partitions=$CLIENTS" > "$LOGS/supernode-$k.log" 2>&1 &
     PIDS+=($!)

@@ -56,7 +56,7 @@ from fedretain.core.task import Batch
 from fedretain.core.tree import Tree, leaves, tree_map
 from fedretain.errors import ConfigError
 
-__all__ = ["dgr_replay", "with_dgr_replay"]
+__all__ = ["with_dgr_replay"]
 
 
 def _copy(tree: Tree) -> Tree:
@@ -230,21 +230,9 @@ def with_dgr_replay(
     )
 
 
-def dgr_replay(
-    algorithm: Algorithm,
-    rounds_per_task: int,
-    input_shape: Sequence[int],
-    num_classes: int,
-    width: int = 64,
-    z_dim: int = Z_DIM,
-) -> Algorithm:
-    """``replay=dgr``: a private ACGAN (``replay.width``, ``replay.z_dim``) per client."""
-    return with_dgr_replay(algorithm, rounds_per_task, input_shape, num_classes, width, z_dim)
-
-
 REPLAYS.add(
     "dgr",
-    dgr_replay,
+    with_dgr_replay,  # its options: replay.width, replay.z_dim
     "Deep Generative Replay: a private GAN per client, only the classifier shared (Shin 2017; "
     "FedCIL's FedAvg/FedProx+DGR baselines)",
     check=check_scenario,

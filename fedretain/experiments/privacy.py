@@ -23,6 +23,7 @@ A second invocation skips what is done and resumes interrupted runs.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,12 +35,22 @@ import torch
 
 from fedretain.algorithms import build_algorithm
 from fedretain.core.algorithm import Algorithm
+from fedretain.data.base import as_float
 from fedretain.errors import ConfigError
-from fedretain.files import atomic_write_text, write_json
+from fedretain.experiments.checkpoint import fingerprint
+from fedretain.experiments.run import run_experiment
+from fedretain.files import atomic_write_text, save_figure, write_json
 from fedretain.privacy.attacks import AttackSettings, attack_targets, mean_std
 from fedretain.privacy.dpsgd import DPSGD, with_dpsgd
 from fedretain.privacy.quality import mean_image, mean_image_psnr, random_image_psnr, save_grid
-from fedretain.recipe.config import Config, load_config
+from fedretain.recipe.config import (
+    Config,
+    config_from_text,
+    flat_settings,
+    load_config,
+    make_config,
+    resolved,
+)
 from fedretain.recipe.federation import build_federation, local_optimizer
 
 # FedReg-MG's settings for the attack and its training run (FedReg App. B.4 uses the method's
@@ -85,8 +96,8 @@ class Study:
         )
 
 
-def _dp_name(sigma: float) -> str:
-    return f"fedavg+dpsgd-{sigma:g}"
+def _dp_name(sigma: float, algorithm: str = "fedavg") -> str:
+    return f"{algorithm}+dpsgd-{sigma:g}"
 
 
 def _target_indices(num: int, count: int, seed: int) -> list[int]:
@@ -121,8 +132,6 @@ class PrivacyStudy:
         """Per-target PSNR/SSIM of the attack on ``method``'s one-step update (cached)."""
         path = self.out / "attacks" / f"{method}.json"
         if path.exists():
-            import json
-
             result = json.loads(path.read_text())
             if result["indices"] == self.indices and result["study"] == self._key():
                 self.attacks[method] = result
@@ -167,8 +176,6 @@ class PrivacyStudy:
         return result
 
     def _image(self, i: int) -> torch.Tensor:
-        from fedretain.data.base import as_float
-
         return as_float(self.fed.dataset.x_train[i])
 
     def _key(self) -> dict[str, Any]:
@@ -215,12 +222,6 @@ class PrivacyStudy:
     def train(self, name: str, overrides: dict[str, Any]) -> dict[str, Any]:
         """Run (or resume, or reuse) the training run ``runs/<name>``; a folder holding a run
         of other settings is refused."""
-        import json
-
-        from fedretain.experiments.checkpoint import fingerprint
-        from fedretain.experiments.run import run_experiment
-        from fedretain.recipe.config import config_from_text, flat_settings, make_config, resolved
-
         folder = self.out / "runs" / name
         base = flat_settings(resolved(self.cfg))
         base = {k: v for k, v in base.items() if not k.startswith(("algo.", "privacy."))}
@@ -244,8 +245,8 @@ class PrivacyStudy:
         plan = {
             "fedavg": {"algorithm": "fedavg"},
             "fedreg-mg": dict(self.study.fedreg),
-            f"fedavg+dpsgd-{sigma:g}": {"algorithm": "fedavg", **dp},
-            f"fedprox+dpsgd-{sigma:g}": {"algorithm": "fedprox", **dp},
+            _dp_name(sigma): {"algorithm": "fedavg", **dp},
+            _dp_name(sigma, "fedprox"): {"algorithm": "fedprox", **dp},
         }
         return {name: self.train(name, overrides) for name, overrides in plan.items()}
 
@@ -294,8 +295,6 @@ def plot_psnr_vs_sigma(result: dict[str, Any], path: Path) -> None:
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
-
-    from fedretain.files import save_figure
 
     sigmas = result["study"]["sigmas"]
     attacks = result["attacks"]

@@ -130,40 +130,23 @@ ACGAN = {
     "lr": 1e-3,
     "local_steps": 2,
 }
+DGR = {
+    "replay": "dgr",
+    "replay.width": 4,
+    "replay.z_dim": 16,
+    "optimizer": "adam",
+    "lr": 1e-3,
+    "local_steps": 2,
+}
 METHODS = {
     "fedavg": {"algorithm": "fedavg"},
     "fedprox": {"algorithm": "fedprox"},
     "fedlwf2t": {"algorithm": "fedlwf2t"},
     "fedavg+acgan": {"algorithm": "fedavg", **ACGAN},
     "fedprox+acgan": {"algorithm": "fedprox", **ACGAN},
-    "fedavg+dgr": {
-        "algorithm": "fedavg",
-        "replay": "dgr",
-        "replay.width": 4,
-        "replay.z_dim": 16,
-        "optimizer": "adam",
-        "lr": 1e-3,
-        "local_steps": 2,
-    },
-    "fedprox+dgr": {
-        "algorithm": "fedprox",
-        "replay": "dgr",
-        "replay.width": 4,
-        "replay.z_dim": 16,
-        "optimizer": "adam",
-        "lr": 1e-3,
-        "local_steps": 2,
-    },
-    "fedprox+dgr, store=disk": {
-        "algorithm": "fedprox",
-        "replay": "dgr",
-        "replay.width": 4,
-        "replay.z_dim": 16,
-        "optimizer": "adam",
-        "lr": 1e-3,
-        "local_steps": 2,
-        "store": "disk",
-    },
+    "fedavg+dgr": {"algorithm": "fedavg", **DGR},
+    "fedprox+dgr": {"algorithm": "fedprox", **DGR},
+    "fedprox+dgr, store=disk": {"algorithm": "fedprox", **DGR, "store": "disk"},
     "fedcil": {
         "algorithm": "fedcil",
         **{k: v for k, v in ACGAN.items() if k != "replay"},
@@ -209,10 +192,10 @@ def test_sigkill_inside_a_task_then_resume_matches_uninterrupted(tmp_path):
     """A continual run with generative replay killed by SIGKILL in its second task resumes
     (client states, task switch, continual.jsonl) to the uninterrupted run's numbers."""
     import os
-    import signal
     import subprocess
     import sys
-    import time
+
+    from tests.experiments.test_resume import kill_at_checkpoint
 
     settings = {
         **{k: v for k, v in CI.items() if k != "model.hidden"},
@@ -226,23 +209,7 @@ def test_sigkill_inside_a_task_then_resume_matches_uninterrupted(tmp_path):
     cli = [sys.executable, "-m", "fedretain.cli", "run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [*cli, *args, "--out", str(killed)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if json.loads((killed / "checkpoint" / "meta.json").read_text())["round"] >= 5:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_checkpoint([*cli, *args, "--out", str(killed)], killed, env, 5)
     assert not (killed / "summary.json").exists()
     resumed = subprocess.run([*cli, "--resume", str(killed)], env=env, capture_output=True)
     assert resumed.returncode == 0, resumed.stderr

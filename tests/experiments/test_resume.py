@@ -140,31 +140,32 @@ def test_resume_refuses_changed_settings(tmp_path):
         run_experiment(make_config({**DIGITS, "rounds": 2, "lr": 0.2}), tmp_path, resume=True)
 
 
+def kill_at_checkpoint(cmd: list[str], out: Path, env: dict, rnd: int, pause: float = 0.0) -> None:
+    """Start ``cmd`` and SIGKILL it once ``out``'s checkpoint holds round ``rnd`` (then
+    ``pause`` seconds later, to land inside a round)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    meta = out / "checkpoint" / "meta.json"
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if json.loads(meta.read_text())["round"] >= rnd:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    time.sleep(pause)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path):
     args = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in DIGITS.items()]
     args += ["rounds=16", "local_epochs=4", "checkpoint_every=1"]
     cli = [sys.executable, "-m", "fedretain.cli", "run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [*cli, *args, "--out", str(killed)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    meta = killed / "checkpoint" / "meta.json"
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if json.loads(meta.read_text())["round"] >= 3:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.02)
-    time.sleep(0.13)  # land somewhere inside a round
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_checkpoint([*cli, *args, "--out", str(killed)], killed, env, 3, pause=0.13)
     assert not (killed / "summary.json").exists()
     resumed = subprocess.run(
         [*cli, "--resume", str(killed)],

@@ -42,7 +42,11 @@ Check = Callable[[Values], bool | None]
 @dataclass(frozen=True)
 class RunSpec:
     """One run: a method in a setting with a seed; ``overrides`` are flat config keys over the
-    plan's base. ``series`` and ``x``: the line and the value of a sweep (λ, lr)."""
+    plan's base. ``series`` and ``x``: the line and the value of a sweep (λ, lr).
+
+    With ``study`` (the options of :class:`~fedretain.experiments.privacy.Study`) the job is a
+    ``fedretain privacy`` study on that config instead of one run; it fills the table rows
+    ``rows`` (:data:`~fedretain.experiments.privacy.TABLE_ROWS`)."""
 
     setting: str
     method: str
@@ -50,6 +54,8 @@ class RunSpec:
     overrides: dict[str, Any]
     series: str = ""
     x: float | None = None
+    study: dict[str, Any] | None = None
+    rows: tuple[str, ...] = ()
 
     @property
     def folder(self) -> str:
@@ -119,7 +125,8 @@ class Plan:
         return list(dict.fromkeys(r.setting for r in self.runs))
 
     def methods(self, setting: str) -> list[str]:
-        return list(dict.fromkeys(r.method for r in self.runs if r.setting == setting))
+        rows = (r.rows or (r.method,) for r in self.runs if r.setting == setting)
+        return list(dict.fromkeys(m for row in rows for m in row))
 
     def metrics_of(self, setting: str) -> list[str]:
         return self.setting_metrics.get(setting, self.metrics)
@@ -173,6 +180,16 @@ def higher(setting: str, a: str, b: str, metric: str = "final") -> Check:
     return lambda v: _lt(v.get(setting, b, metric), v.get(setting, a, metric))
 
 
+def at_most(setting: str, a: str, b: str, metric: str) -> Check:
+    """``a``'s ``metric`` is at most ``b``'s."""
+
+    def check(v: Values) -> bool | None:
+        b_below = _lt(v.get(setting, b, metric), v.get(setting, a, metric))
+        return None if b_below is None else not b_below
+
+    return check
+
+
 def fewest(setting: str, a: str, others: list[str], metric: str) -> Check:
     return lambda v: _every(
         _lt(v.get(setting, a, metric), v.get(setting, o, metric)) for o in others
@@ -210,6 +227,9 @@ CI_REASON = "scale=ci: 2 rounds of 2 clients taking 2 local steps, a tiny model"
 # ------------------------------------------------------------------------- FedReg Table 1
 
 
+CNN_SETTING = "one class, 5,000 clients, CNN"
+
+
 def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     """FedReg (Xu et al., ICLR 2022) Table 1, MNIST with one and two classes per client: SGD,
     FedAvg, FedProx, SCAFFOLD, FedCurv and FedReg; ``R_a`` against SGD of the same seed.
@@ -221,9 +241,10 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     scale the first two take the paper's 5,000 power-law clients (40 and 20 epochs).
     ``small``: the MLP, 100 rounds; two classes = 100 clients of 600 images
     (experiments/fmnist_pathological.toml), one class = 200 of 300
-    (experiments/fedreg_fmnist_one_class.toml), one local epoch each. Estimate on 2 cores
-    (3 rounds of each method timed, threads=1): about 30 minutes for 3 seeds with ``--jobs 2``
-    (FedReg's runs are 60 % of it).
+    (experiments/fedreg_fmnist_one_class.toml), one local epoch each; and FedReg's CNN on the
+    5,000-client shape for 40 rounds (SGD, FedAvg, FedReg). Estimate on 2 cores (3 rounds of
+    each method timed, threads=1): about 45 minutes for 3 seeds with ``--jobs 2`` (FedReg's
+    runs are 60 % of it).
     """
     paper_clients = {"clients": 5000, "rounds": 500, "model": "cnn", "eval_every": 1}
     settings = {
@@ -236,7 +257,7 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
                 "local_epochs": 40,
             },
             small={"clients": 100, "partition.classes_per_client": 2, "local_epochs": 1},
-            ci={"clients": 100, "partition.classes_per_client": 2},
+            ci={"clients": 100, "partition.classes_per_client": 2, **CI_MLP},
         ),
         "one class": pick(
             scale,
@@ -247,15 +268,24 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
                 "local_epochs": 20,
             },
             small={"clients": 200, "partition.classes_per_client": 1, "local_epochs": 1},
-            ci={"clients": 200, "partition.classes_per_client": 1},
+            ci={"clients": 200, "partition.classes_per_client": 1, **CI_MLP},
         ),
         "one class, 5,000 clients": pick(
             scale,
             paper={**paper_clients, "partition.classes_per_client": 1, "local_epochs": 20},
             small={"clients": 5000, "partition.classes_per_client": 1, "local_epochs": 20},
-            ci={"clients": 5000, "partition.classes_per_client": 1},
+            ci={"clients": 5000, "partition.classes_per_client": 1, **CI_MLP},
         ),
     }
+    if scale != "paper":  # at paper scale every setting already runs the CNN
+        # FedReg's own CNN on the paper's client shape, fewer rounds: on a GPU (150 rounds,
+        # 3 seeds) FedReg reached R_0.5 at rounds 15-25 and FedAvg at 85-110
+        shape = settings["one class, 5,000 clients"]
+        settings[CNN_SETTING] = {
+            **{k: v for k, v in shape.items() if not k.startswith("model")},
+            "model": "cnn",
+            **pick(scale, small={"rounds": 40, "eval_every": 2}, ci={}),
+        }
     base = {
         **data_keys(data),
         "partition": "shards",
@@ -264,7 +294,7 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         "lr": 0.1,
         "eval_every": 1,
         "checkpoint_every": 10,
-        **pick(scale, paper={}, small={"model": "mlp", "rounds": 100}, ci={**CI, **CI_MLP}),
+        **pick(scale, paper={}, small={"model": "mlp", "rounds": 100}, ci=CI),
     }
     runs = []
     for setting, keys in settings.items():
@@ -277,6 +307,8 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
             "FedCurv": {"algorithm": "fedcurv", "algo.lambda": 1e-4},
             "FedReg": {"algorithm": "fedreg", "algo.gamma": 0.4 if two else 0.3, "algo.eta_s": 0.2},
         }
+        if setting == CNN_SETTING:  # the CNN costs ~6x the MLP a round: the claim's methods
+            methods = {m: methods[m] for m in ("SGD", "FedAvg", "FedReg")}
         for method, algo in methods.items():
             for seed in seeds:
                 runs.append(RunSpec(setting, method, seed, {**keys, **algo, "seed": seed}))
@@ -317,7 +349,7 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         for method, (r5, r9, r1, acc) in (two if "two" in setting else one).items():
             paper[setting, method] = {"R_0.5": r5, "R_0.9": r9, "R_1": r1, "final": acc}
 
-    baselines = ["SGD", "FedAvg", "FedProx", "SCAFFOLD", "FedCurv"]
+    all_baselines = ["SGD", "FedAvg", "FedProx", "SCAFFOLD", "FedCurv"]
     drift = (
         "FedReg corrects the drift of many local steps on one- or two-class clients (20-40 "
         "epochs in the paper); with fewer local steps and rounds there is less drift to "
@@ -325,6 +357,7 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     )
     claims = []
     for s in settings:
+        baselines = ["SGD", "FedAvg"] if s == CNN_SETTING else all_baselines
         claims += [
             Claim(
                 f"{s}: FedReg reaches R_0.5 in fewer rounds than FedAvg",
@@ -369,7 +402,9 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         small=[
             "scale=small: 100 rounds of the paper's 500, the 784-200-200-200-10 MLP instead of "
             "the CNN, one local epoch on 100-200 equal clients instead of 20-40 epochs on "
-            "5,000 power-law clients (the 5,000-client setting keeps the paper's shape)"
+            "5,000 power-law clients (the 5,000-client settings keep the paper's shape); "
+            f"'{CNN_SETTING}': the paper's CNN on that shape, 40 rounds, SGD, FedAvg and "
+            "FedReg only (each CNN run costs about six MLP runs on a CPU)"
         ],
         ci=[CI_REASON],
     )
@@ -400,7 +435,7 @@ PRESETS.add(
     dataset="mnist",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 30 min (3 seeds, --jobs 2)",
+    estimate="about 45 min (3 seeds, --jobs 2)",
 )
 
 
@@ -544,6 +579,126 @@ PRESETS.add(
     dataset="cifar10",
     seeds={"ci": 1, "small": 2, "paper": 3},
     estimate="about 35 min (2 seeds, --jobs 2)",
+)
+
+
+# ------------------------------------------------------------------------- FedReg Table 4
+
+
+def fedreg_table4(scale: str, seeds: list[int], data: Data) -> Plan:
+    """FedReg (Xu et al., ICLR 2022) Table 4 (EMNIST column) and §4.5: gradient inversion
+    against one local step of FedAvg, FedReg with MG and FedAvg with DP-SGD over a grid of
+    noise multipliers; σ* the smallest σ whose reconstructions are no better (PSNR) than
+    FedReg-MG's; then FedAvg, FedReg-MG and FedAvg/FedProx with DP-SGD at σ* trained.
+
+    One ``fedretain privacy`` study per seed (the seed picks the attacked images too).
+    ``paper``: App. B.2/B.4's EMNIST digits setting, 10,000 one-class clients of 24 images,
+    20 per round, 20 epochs of batch 24, lr 0.2, 500 rounds, the CNN. ``small``: that client
+    shape on the stand-in's 60,000 images (2,500 clients), the MLP, 5 epochs, 40 rounds,
+    8 attacked images of 300 attack iterations each. Estimate on 2 cores: about 15 minutes
+    for 3 seeds with ``--jobs 2``.
+    """
+    base = {
+        **data_keys(data),
+        **({"dataset.split": "digits"} if data.name == "emnist" else {}),
+        "partition": "shards",
+        "partition.classes_per_client": 1,
+        "clients": 10000 if data.name == "emnist" else max(20, data.samples // 24),
+        "clients_per_round": 20,
+        "local_epochs": 20,
+        "batch_size": 24,
+        "lr": 0.2,
+        "rounds": 500,
+        "model": "cnn",
+        "eval_every": 1,
+        "checkpoint_every": 10,
+        **pick(
+            scale,
+            paper={},
+            small={"model": "mlp", "local_epochs": 5, "rounds": 40},
+            ci={**CI, **CI_MLP, "clients": 100},
+        ),
+    }
+    study = pick(
+        scale,
+        paper={"targets": 16, "iterations": 4000, "restarts": 2},
+        small={"targets": 8, "iterations": 300},
+        ci={"targets": 1, "iterations": 3, "sigmas": (0.01, 1.0)},
+    )
+    setting = "Table 4"
+    rows = ("FedAvg", "FedReg with MG", "FedAvg with DP-SGD", "FedProx with DP-SGD")
+    runs = [
+        RunSpec(
+            setting, "privacy study", seed, {"seed": seed}, study={**study, "seed": seed}, rows=rows
+        )
+        for seed in seeds
+    ]
+    paper = {
+        (setting, "FedAvg with DP-SGD"): {"final": 0.882},
+        (setting, "FedProx with DP-SGD"): {"final": 0.881},
+        (setting, "FedReg with MG"): {"final": 0.986},
+    }
+    matched = "σ*: no noise multiplier of the grid brought the attack down to FedReg-MG's PSNR"
+    claims = [
+        Claim(
+            "FedReg with MG leaks less than FedAvg: the attack's PSNR on its update is lower",
+            lambda v: _lt(
+                v.get(setting, "FedReg with MG", "psnr"), v.get(setting, "FedAvg", "psnr")
+            ),
+            "MG's update mixes the image's gradient with the pseudo data's; at this model and "
+            "η_s the image's part still dominates it",
+        ),
+        Claim(
+            "DP-SGD at σ* protects as well as MG: its PSNR is at most FedReg-MG's",
+            at_most(setting, "FedAvg with DP-SGD", "FedReg with MG", "psnr"),
+            matched,
+        ),
+    ]
+    claims += [
+        Claim(
+            f"at that protection FedReg with MG ends above {other}",
+            higher(setting, "FedReg with MG", other),
+            "fewer rounds and a smaller model than the paper's; DP-SGD's noise costs less "
+            "when the model trains longer",
+        )
+        for other in ("FedAvg with DP-SGD", "FedProx with DP-SGD")
+    ]
+    reasons = pick(
+        scale,
+        paper=[],
+        small=[
+            "scale=small: the MLP instead of the CNN, 5 local epochs instead of 20, 40 rounds "
+            "instead of 500, 8 attacked images, 300 attack iterations instead of 32,000"
+        ],
+        ci=[CI_REASON],
+    )
+    return Plan(
+        title="FedReg (Xu et al., ICLR 2022), Table 4: privacy, FedReg with MG against DP-SGD",
+        source="FedReg Table 4 (EMNIST column), §4.5 and App. B.4",
+        base=base,
+        runs=runs,
+        metrics=["psnr", "ssim", "sigma", "epsilon", "final", "top"],
+        paper=paper,
+        claims=claims,
+        reasons=reasons + standin_reason(data),
+        notes=[
+            "Each seed's study folder (`table-4/privacy-study/seedN/`) holds its own report.md: "
+            "the PSNR of every noise multiplier of the grid (psnr_vs_sigma.png), the "
+            "reconstructions, and the random-image and mean-image PSNR baselines.",
+            "FedProx with DP-SGD shares FedAvg with DP-SGD's attack: after one local step "
+            "their updates are the same.",
+        ],
+    )
+
+
+PRESETS.add(
+    "fedreg-table4",
+    fedreg_table4,
+    "FedReg Table 4: gradient inversion and accuracy of FedReg with MG against DP-SGD",
+    dataset="emnist",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 3, "paper": 3},
+    estimate="about 15 min (3 seeds, --jobs 2)",
 )
 
 

@@ -100,6 +100,38 @@ def _dp_name(sigma: float, algorithm: str = "fedavg") -> str:
     return f"{algorithm}+dpsgd-{sigma:g}"
 
 
+# FedReg's Table 4 as a study fills it: row -> (its training run, the attack on its uplink).
+# After one local step FedProx's update is FedAvg's (its proximal term is still zero), so
+# FedProx with DP-SGD shares FedAvg with DP-SGD's attack.
+TABLE_ROWS = ("FedAvg", "FedReg with MG", "FedAvg with DP-SGD", "FedProx with DP-SGD")
+
+
+def table_rows(result: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """:data:`TABLE_ROWS` of a finished study (``privacy.json``): each row's run and attack
+    names, the DP-SGD rows at the matched noise σ*."""
+    sigma = result["sigma_matched"]
+    return {
+        "FedAvg": ("fedavg", "fedavg"),
+        "FedReg with MG": ("fedreg-mg", "fedreg-mg"),
+        "FedAvg with DP-SGD": (_dp_name(sigma), _dp_name(sigma)),
+        "FedProx with DP-SGD": (_dp_name(sigma, "fedprox"), _dp_name(sigma)),
+    }
+
+
+def study_args(study: Study) -> list[str]:
+    """``study`` as ``fedretain privacy``'s options (those that differ from the defaults)."""
+    args = []
+    default = Study()
+    for key in ("targets", "attack", "iterations", "restarts", "steps", "max_grad_norm", "seed"):
+        if getattr(study, key) != getattr(default, key):
+            args += [f"--{key.replace('_', '-')}", str(getattr(study, key))]
+    if study.sigmas != default.sigmas:
+        args += ["--sigmas", ",".join(f"{s:g}" for s in study.sigmas)]
+    if not study.train:
+        args.append("--no-train")
+    return args
+
+
 def _target_indices(num: int, count: int, seed: int) -> list[int]:
     rng = np.random.default_rng([seed, 0x505356])
     return sorted(int(i) for i in rng.choice(num, size=min(count, num), replace=False))
@@ -428,4 +460,13 @@ def run_privacy(
     return PrivacyStudy(cfg, out, study).run()
 
 
-__all__ = ["FEDREG_MG", "PrivacyStudy", "Study", "report", "run_privacy"]
+__all__ = [
+    "FEDREG_MG",
+    "TABLE_ROWS",
+    "PrivacyStudy",
+    "Study",
+    "report",
+    "run_privacy",
+    "study_args",
+    "table_rows",
+]

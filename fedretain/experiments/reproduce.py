@@ -23,13 +23,14 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import redirect_stderr, redirect_stdout, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from fedretain.errors import ConfigError, DataError, FedRetainError
 from fedretain.experiments.presets import INF, PRESETS, SCALES, Data, Plan, RunSpec, slug
+from fedretain.experiments.privacy import PrivacyStudy, Study, study_args, table_rows
 from fedretain.experiments.report import RunResult, load_run
 from fedretain.files import atomic_write_text, read_jsonl, save_figure
 from fedretain.metrics.accuracy import r_a, rounds_to
@@ -38,7 +39,10 @@ from fedretain.recipe.config import Config, load_config, parse_value, toml_text
 THREADS = 1  # torch threads of every run: runs go in parallel instead (--jobs)
 # the slowest algorithms start first, so that parallel jobs finish together (x a FedAvg run)
 SLOW = {"gradma": 8.0, "gradma-w": 7.0, "fedreg": 6.0, "fedcurv": 2.0, "mifa": 1.5}
-ACTS = 0.005  # a sweep's series "acts" once its accuracy curve departs this far from the baseline
+# a sweep's series "acts" once its accuracy curve sits this far from the baseline's, on average
+# over the evaluated rounds and seeds (the largest gap at one round measures chaos instead:
+# runs differing in anything drift 2-3 points apart at some round)
+ACTS = 0.005
 
 
 @dataclass
@@ -165,7 +169,12 @@ def plan_section(
         args += extra
         cfg = load_config(None, args)  # every setting checked before anything runs
         run_folder = folder / spec.folder
-        state = job_state(run_folder, cfg) if not data.missing else "missing"
+        if spec.study is not None:
+            study_of(spec)  # its options checked too
+            state = study_state(run_folder)
+        else:
+            state = job_state(run_folder, cfg)
+        state = "missing" if data.missing else state
         jobs.append(Job(name, spec, args, run_folder, state))
     command = command_line(name, out / name if several else out, scale, n, data_dirs, extra)
     return Section(name, plan, data, folder, jobs, command)
@@ -174,8 +183,30 @@ def plan_section(
 # -------------------------------------------------------------------------------- running
 
 
-def run_one(args: list[str], folder: str, resume: bool) -> dict[str, Any]:
-    """One run (in this process or a worker): its output goes to ``folder/run.log``."""
+def study_of(spec: RunSpec) -> Study:
+    """A study spec's options as :class:`Study` (a ConfigError names a bad one)."""
+    options = dict(spec.study or {})
+    if "sigmas" in options:
+        options["sigmas"] = tuple(options["sigmas"])
+    try:
+        return Study(**options)
+    except TypeError as e:
+        raise ConfigError(f"bad privacy-study option in preset: {e}") from None
+
+
+def study_state(folder: Path) -> str:
+    """``done`` (privacy.json written) or ``resume`` (attacks or runs to reuse) or ``fresh``;
+    a study refuses a folder of other settings itself."""
+    if (folder / "privacy.json").is_file():
+        return "done"
+    return "resume" if folder.is_dir() and any(folder.iterdir()) else "fresh"
+
+
+def run_one(
+    args: list[str], folder: str, resume: bool, study: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One run, or one privacy study (in this process or a worker): its output goes to
+    ``folder/run.log``; returns the line the progress shows."""
     from fedretain.experiments.run import run_experiment
 
     out = Path(folder)
@@ -183,11 +214,18 @@ def run_one(args: list[str], folder: str, resume: bool) -> dict[str, Any]:
     with open(out / "run.log", "a") as log, redirect_stdout(log), redirect_stderr(log):
         try:
             cfg = load_config(None, args)
+            if study is not None:
+                spec = RunSpec("", "", cfg.seed, {}, study=study)
+                result = PrivacyStudy(cfg, out, study_of(spec)).run()
+                accs = ", ".join(
+                    f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items()
+                )
+                return {"line": f"σ* {result['sigma_matched']:g}; final {accs}"}
             summary = run_experiment(cfg, out, progress=False, resume=resume)
         except Exception:
             traceback.print_exc(file=log)
             raise
-    return {"final_accuracy": summary["final_accuracy"], "wall_seconds": summary["wall_seconds"]}
+    return {"line": f"{summary['final_accuracy']:.4f} ({summary['wall_seconds']:.1f} s)"}
 
 
 def one_line(e: BaseException) -> str:
@@ -212,13 +250,13 @@ def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dic
             echo(f"{what}: failed: {error} (log: {job.folder / 'run.log'})")
         else:
             assert result is not None
-            verb = "continued" if job.state == "resume" else "final"
-            echo(f"{what}: {verb} {result['final_accuracy']:.4f} ({result['wall_seconds']:.1f} s)")
+            verb = "continued" if job.state == "resume" else "done" if job.spec.study else "final"
+            echo(f"{what}: {verb} {result['line']}")
 
     if parallel <= 1 or len(todo) <= 1:
         for i, job in enumerate(todo, 1):
             try:
-                result = run_one(job.args, str(job.folder), job.state == "resume")
+                result = run_one(job.args, str(job.folder), job.state == "resume", job.spec.study)
                 done(i, job, result, "")
             except Exception as e:
                 done(i, job, None, one_line(e))
@@ -226,7 +264,8 @@ def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dic
     todo.sort(key=lambda j: -SLOW.get(algorithm_of(j), 1.0))
     with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
         futures = {
-            pool.submit(run_one, j.args, str(j.folder), j.state == "resume"): j for j in todo
+            pool.submit(run_one, j.args, str(j.folder), j.state == "resume", j.spec.study): j
+            for j in todo
         }
         for i, future in enumerate(as_completed(futures), 1):
             job = futures[future]
@@ -312,7 +351,9 @@ class Results:
     def __init__(self, plan: Plan, runs: dict[tuple[str, str, int], RunResult]) -> None:
         self.plan = plan
         self.runs = runs
-        self.by_key = {(s.setting, s.method, s.seed): s for s in plan.runs}
+        # a study's rows stand for runs of their own
+        specs = [replace(s, method=m) for s in plan.runs for m in (s.rows or (s.method,))]
+        self.by_key = {(s.setting, s.method, s.seed): s for s in specs}
         self.seeds = sorted({s.seed for s in plan.runs})
 
     def run(self, setting: str, method: str, seed: int) -> RunResult | None:
@@ -347,6 +388,10 @@ class Results:
             return s.get(CONTINUAL[metric])
         if metric == "wall_s":
             return s.get("wall_seconds")
+        if metric in ("psnr", "ssim", "sigma"):  # a privacy study's row: its attack
+            return (s.get("attack") or {}).get(metric)
+        if metric == "epsilon":
+            return (s.get("privacy") or {}).get("epsilon")
         raise ValueError(f"unknown metric {metric!r}")
 
     def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
@@ -378,10 +423,31 @@ class View:
 def load_results(section: Section) -> Results:
     runs = {}
     for job in section.jobs:
-        if (job.folder / "summary.json").is_file():
+        spec = job.spec
+        if spec.study is not None:
+            for row, run in study_rows(job.folder).items():
+                runs[spec.setting, row, spec.seed] = run
+        elif (job.folder / "summary.json").is_file():
             with suppress(DataError):
-                runs[job.spec.setting, job.spec.method, job.spec.seed] = load_run(job.folder)
+                runs[spec.setting, spec.method, spec.seed] = load_run(job.folder)
     return Results(section.plan, runs)
+
+
+def study_rows(folder: Path) -> dict[str, RunResult]:
+    """A finished privacy study's table rows: each its training run, with the attack on its
+    uplink (PSNR, SSIM, σ*) in ``summary["attack"]``."""
+    if not (folder / "privacy.json").is_file():
+        return {}
+    result = json.loads((folder / "privacy.json").read_text())
+    rows = {}
+    for row, (run_name, attack) in table_rows(result).items():
+        with suppress(DataError):
+            run = load_run(folder / "runs" / run_name)
+            scores = result["attacks"].get(attack, {})
+            sigma = result["sigma_matched"] if "dpsgd" in run_name else None
+            run.summary["attack"] = {**scores, "sigma": sigma}
+            rows[row] = run
+    return rows
 
 
 # ------------------------------------------------------------------------------ the report
@@ -407,6 +473,10 @@ LABELS = {
     "loss_increase": "loss increase",
     "loss_increase_ref": "reference's loss increase",
     "wall_s": "wall s",
+    "psnr": "attack PSNR (dB)",
+    "ssim": "attack SSIM",
+    "sigma": "σ*",
+    "epsilon": "ε",
 }
 
 
@@ -424,6 +494,8 @@ def fmt(value: Any, metric: str) -> str:
         return f"{value:g}" if value == int(value) else f"{value:.1f}"
     if metric.startswith("MB") or metric == "wall_s":
         return f"{value:.1f}"
+    if metric in ("psnr", "sigma", "epsilon"):
+        return f"{value:.2f}" if metric == "psnr" else f"{value:.3g}"
     return f"{value:.4f}"
 
 
@@ -462,7 +534,10 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
     if plan.reasons:
         lines += ["What differs from the paper here:", ""]
         lines += [f"- {r}" for r in plan.reasons] + [""]
-    finished = len(results.runs)
+    finished = sum(
+        any((s.setting, m, s.seed) in results.runs for m in s.rows or (s.method,))
+        for s in plan.runs
+    )
     wall = sum(r.summary.get("wall_seconds") or 0 for r in results.runs.values())
     lines += [
         f"Runs: {finished} of {len(plan.runs)} finished, {wall:.0f} s of training in all.",
@@ -482,13 +557,20 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
         lines.append("")
     lines += ["## Every run", "", "<details><summary>The command of each run</summary>", ""]
     lines += ["```bash"]
-    lines += [
-        shlex.join(["fedretain", "run", *j.args, "--out", str(j.folder)]) for j in section.jobs
-    ]
+    lines += [job_command(j) for j in section.jobs]
     lines += ["```", "", "</details>", ""]
     text = "\n".join(lines)
     atomic_write_text(folder / "report.md", text)
     return text
+
+
+def job_command(job: Job) -> str:
+    """The command line that runs one job by itself."""
+    if job.spec.study is not None:
+        words = ["fedretain", "privacy", *job.args, *study_args(study_of(job.spec))]
+    else:
+        words = ["fedretain", "run", *job.args]
+    return shlex.join([*words, "--out", str(job.folder)])
 
 
 def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
@@ -585,7 +667,8 @@ def round_lines(plan: Plan, results: Results, setting: str) -> list[str]:
 
 
 def series_of(plan: Plan, setting: str, method: str) -> str:
-    return next(r.line for r in plan.runs if r.setting == setting and r.method == method)
+    runs = (r for r in plan.runs if r.setting == setting and method in (r.rows or (r.method,)))
+    return next(r.line for r in runs)
 
 
 def mean_curve(results: Results, setting: str, method: str) -> list[dict[str, Any]]:
@@ -707,12 +790,18 @@ def sweep_section(plan: Plan, results: Results, folder: Path) -> list[str]:
         xs = sorted({r.x for r in specs if r.x is not None})
         by = {(r.line, r.x): r.method for r in specs}
         head = [sweep.key, *[f"{s} final acc" for s in series]]
+        if sweep.baseline:
+            head += [f"{s}: mean gap to {sweep.baseline} (points)" for s in series]
         lines += [f"### {setting}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for x in xs:
             row = [f"{x:g}"]
             for s in series:
                 method = by.get((s, x))
                 row.append(fmt(mean.get(setting, method, "final"), "final") if method else "")
+            for s in series if sweep.baseline else []:
+                method = by.get((s, x))
+                g = curve_gap(results, setting, method, sweep.baseline) if method else None
+                row.append(f"{g * 100:+.2f}" if g is not None else "")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
         points = []
@@ -735,22 +824,26 @@ def sweep_section(plan: Plan, results: Results, folder: Path) -> list[str]:
                     (
                         x
                         for x in xs
-                        if (m := by.get((s, x))) and departs(results, setting, m, sweep.baseline)
+                        if (m := by.get((s, x)))
+                        and abs(curve_gap(results, setting, m, sweep.baseline) or 0.0) > ACTS
                     ),
                     None,
                 )
-                gap = f"more than {ACTS * 100:g} points at some evaluated round (same seed)"
+                gap = (
+                    f"more than {ACTS * 100:g} points on average over the evaluated rounds "
+                    "(same seeds; the mean gap column)"
+                )
                 if acts is None:
                     lines.append(
                         f"{s}'s accuracy curve stays within {ACTS * 100:g} points of "
-                        f"{sweep.baseline}'s (same seed) at every {sweep.key} swept: its "
-                        "penalty does not act at these values here."
+                        f"{sweep.baseline}'s on average over the rounds (same seeds) at every "
+                        f"{sweep.key} swept: its penalty does not act at these values here."
                     )
                 else:
                     lines.append(
-                        f"{s}'s penalty acts from {sweep.key} = {acts:g}: from there on its "
-                        f"accuracy curve leaves {sweep.baseline}'s by {gap}; below, it tracks "
-                        f"{sweep.baseline}'s."
+                        f"{s}'s penalty acts from {sweep.key} = {acts:g}: its accuracy curve "
+                        f"sits away from {sweep.baseline}'s by {gap}; at smaller "
+                        f"{sweep.key} it tracks {sweep.baseline}'s."
                     )
             lines.append("")
         if points:
@@ -768,18 +861,23 @@ def sweep_section(plan: Plan, results: Results, folder: Path) -> list[str]:
     return lines
 
 
-def departs(results: Results, setting: str, method: str, baseline: str) -> bool:
-    """Whether ``method``'s accuracy curves leave ``baseline``'s (same seed) by more than
-    :data:`ACTS` at some evaluated round, on average over the seeds."""
+def curve_gap(results: Results, setting: str, method: str, baseline: str) -> float | None:
+    """``method``'s test accuracy minus ``baseline``'s (same seed), averaged over the evaluated
+    rounds both have, then over the seeds; None when no seed has both runs."""
     gaps = []
     for seed in results.seeds:
         a, b = results.run(setting, method, seed), results.run(setting, baseline, seed)
         if a is None or b is None:
             continue
-        acc = {r["round"]: r["test_accuracy"] for r in b.records}
-        diffs = [abs(r["test_accuracy"] - acc[r["round"]]) for r in a.records if r["round"] in acc]
-        gaps.append(max(diffs, default=0.0))
-    return bool(gaps) and statistics.fmean(gaps) > ACTS
+        acc = {r["round"]: r["test_accuracy"] for r in b.records if "test_accuracy" in r}
+        diffs = [
+            r["test_accuracy"] - acc[r["round"]]
+            for r in a.records
+            if "test_accuracy" in r and r["round"] in acc
+        ]
+        if diffs:
+            gaps.append(statistics.fmean(diffs))
+    return statistics.fmean(gaps) if gaps else None
 
 
 def verdict(result: bool | None) -> str:

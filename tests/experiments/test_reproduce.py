@@ -13,6 +13,7 @@ import pytest
 from fedretain.cli import main
 from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES, Data, Values
+from fedretain.experiments.privacy import table_rows
 from fedretain.experiments.reproduce import as_args, reproduce, resolve_data
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
@@ -62,7 +63,23 @@ def test_every_preset_runs_at_ci_and_reports_every_claim(ci, name):
     for image in re.findall(r"\]\(([^)]+\.png)\)", text):
         assert (out / image).is_file(), image
     for spec in plan.runs:
-        assert (out / spec.folder / "summary.json").is_file()
+        done = "privacy.json" if spec.study is not None else "summary.json"
+        assert (out / spec.folder / done).is_file()
+
+
+def test_privacy_preset_fills_table4_from_each_seeds_study(ci):
+    out = ci("fedreg-table4")
+    text = (out / "report.md").read_text()
+    study = out / "table-4" / "privacy-study" / "seed0"
+    result = json.loads((study / "privacy.json").read_text())
+    for row, (run, attack) in table_rows(result).items():
+        cells = next(line for line in text.splitlines() if line.startswith(f"| {row} |"))
+        cells = [c.strip() for c in cells.strip("|").split("|")]
+        psnr, sigma, final = cells[1], cells[3], cells[-2]
+        assert psnr == f"{result['attacks'][attack]['psnr']:.2f}"
+        assert sigma == (f"{result['sigma_matched']:.3g}" if "dpsgd" in run else "-")
+        assert final == f"{result['runs'][run]['final_accuracy']:.4f}"
+    assert "fedretain privacy dataset=" in text and f"--out {study}" in text
 
 
 @pytest.mark.parametrize("scale", SCALES)

@@ -11,7 +11,9 @@ The rule (measured in ``benchmarks/RESULTS.md``, "engine=auto"):
    cost 12 s (MLP) to 39 s (CNN) of start-up and saved 0.4-0.8 ms per client step, so it pays
    off from about 30,000-50,000 client steps on 2 CPU cores. On CUDA the vectorised round is
    already short (0.1 s for 100 clients) while compiling costs 27-46 s, so the threshold is
-   :data:`COMPILE_CLIENT_STEPS_CUDA`.
+   :data:`COMPILE_CLIENT_STEPS_CUDA`. The compiled step is built once per run and fed
+   fixed strides and a fixed data length (the largest client's), so that one graph per step
+   kind and chunk size serves every round (:mod:`fedretain.engines.vmap`).
 
 The choice and its reason are printed once and written to ``summary.json`` (``engine``,
 ``engine_choice``).

@@ -11,7 +11,11 @@ With ``compile=True`` (``engine.compile=true``) the vmapped step goes through ``
 (TorchInductor): elementwise work around the matrix products is fused and Python overhead
 leaves the loop. It costs seconds of compilation in the first round (a C++ compiler is
 needed on CPU) and pays off over longer runs; numbers agree with the eager engine to
-floating-point rounding.
+floating-point rounding. The compiled step functions are built once per run (the round's
+``info`` is an argument, not a closure), every step's plan slice and the client states have
+row-major strides, and each chunk's data is padded to the federation's largest client: torch
+keeps at most 8 graphs per function and, past that, silently runs it eagerly, which ragged
+clients and rounds of other step counts used to reach within a round or two.
 
 An algorithm with ``vectorisable=False``, or a model with BatchNorm (its running statistics
 update in place, which vmap cannot stack), runs on the sequential engine instead, with a
@@ -33,7 +37,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.task import Task
-from fedretain.core.tree import Tree, tree_stack
+from fedretain.core.tree import Tree, tree_map, tree_stack
 from fedretain.engines.round import Clients, OpenRound, Rounds, Trained, local_model
 from fedretain.engines.sequential import SequentialEngine
 
@@ -78,6 +82,8 @@ class VmapEngine:
         self.chunk = chunk
         self.compile = compile
         self.vtask = replace(task, functional=True)
+        self._largest: tuple[Clients, int] | None = None  # (clients, their largest size)
+        self._step_fns: tuple[Algorithm, Any, Any] | None = None  # see _steps
 
     def chunk_size(self, num: int) -> int:
         """Clients per vmapped call: ``chunk`` if set, else by a memory budget (~1 GiB)."""
@@ -121,19 +127,78 @@ class VmapEngine:
         )
 
     @staticmethod
-    def _data(clients: Clients, cids: list[int]) -> Tree:
-        """The chunk's client data padded to the largest client: x, y, label_mask stacked."""
+    def _data(clients: Clients, cids: list[int], length: int = 0) -> Tree:
+        """The chunk's client data padded to the largest client (or to ``length`` samples,
+        when longer): x, y, label_mask stacked."""
         data = [clients.data(c) for c in cids]
-        out = {k: pad_sequence([d[k] for d in data], batch_first=True) for k in ("x", "y", "w")}
+        out = {}
+        for k in ("x", "y", "w"):
+            t = pad_sequence([d[k] for d in data], batch_first=True)
+            if t.shape[1] < length:
+                t = torch.cat([t, t.new_zeros((t.shape[0], length - t.shape[1], *t.shape[2:]))], 1)
+            out[k] = t
         out["label_mask"] = torch.stack([d["label_mask"] for d in data])
         return out  # padding is zero, so its sample weight w is 0
+
+    def _length(self, clients: Clients) -> int:
+        """Compiled: every chunk's data padded to the federation's largest client, so that
+        chunks of clients of other sizes reuse the compiled graphs instead of recompiling
+        (past torch's limit of 8 the step would silently fall back to eager)."""
+        if not self.compile:
+            return 0
+        if self._largest is None or self._largest[0] is not clients:
+            self._largest = (clients, max(clients.size(c) for c in range(len(clients))))
+        return self._largest[1]
+
+    def _steps(self, algo: Algorithm) -> tuple[Any, Any]:
+        """The vmapped local step, plain and masked: built once per algorithm (so that compiled
+        graphs are reused across chunks and rounds instead of recompiled for each new closure),
+        the round's ``info`` an argument."""
+        if self._step_fns is not None and self._step_fns[0] is algo:
+            return self._step_fns[1], self._step_fns[2]
+        task = self.vtask
+
+        def step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, info: RoundInfo):
+            batch = {
+                "x": d["x"][i],
+                "y": d["y"][i],
+                "w": w,
+                "label_mask": d["label_mask"],
+                "idx": i,
+            }
+            ctx = ClientContext(task=task, info=info, client_id=-1, num_samples=num, data=d)
+            new, metrics = algo.local_step(state, batch, ctx)
+            return new, metrics["loss"]
+
+        def masked_step(
+            state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, alive: Tensor, info: RoundInfo
+        ):
+            new, loss = step(state, num, d, i, w, info)
+            return _keep_live(alive, new, state), torch.where(alive, loss, 0.0)
+
+        vstep = vmap(step, in_dims=(0, 0, 0, 0, 0, None), randomness="different")
+        vmasked = vmap(masked_step, in_dims=(0, 0, 0, 0, 0, 0, None), randomness="different")
+        if self.compile:
+            eager_step, eager_masked = vstep, vmasked
+
+            # one code object per step kind (torch caches graphs per code object, at most 8)
+            def plain(*args: Any) -> Any:
+                return eager_step(*args)
+
+            def masked(*args: Any) -> Any:
+                return eager_masked(*args)
+
+            vstep = torch.compile(plain, dynamic=False)
+            vmasked = torch.compile(masked, dynamic=False)
+        self._step_fns = (algo, vstep, vmasked)
+        return vstep, vmasked
 
     def train_chunk(self, rounds: Rounds, rnd: OpenRound, cids: list[int]) -> Trained:
         """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states
         and, when the round keeps them, the stacked local models."""
         algo, task, clients, info = rounds.algorithm, self.vtask, rounds.clients, rnd.info
         downlink = rnd.downlink
-        data = self._data(clients, cids)
+        data = self._data(clients, cids, self._length(clients))
         idx, wts, live, all_live = self._plans(clients, algo, cids, info)
         client_states = tree_stack([rounds.client_state(c, downlink) for c in cids])
         sizes = torch.tensor([clients.size(c) for c in cids], device=clients.device)
@@ -144,45 +209,36 @@ class VmapEngine:
         def init(cs: Tree, num: Tensor, d: Tree) -> Tree:
             return algo.local_init(downlink, cs, ctx_of(num, d))
 
-        def step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor):
-            batch = {
-                "x": d["x"][i],
-                "y": d["y"][i],
-                "w": w,
-                "label_mask": d["label_mask"],
-                "idx": i,
-            }
-            new, metrics = algo.local_step(state, batch, ctx_of(num, d))
-            return new, metrics["loss"]
-
-        def masked_step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, alive: Tensor):
-            new, loss = step(state, num, d, i, w)
-            return _keep_live(alive, new, state), torch.where(alive, loss, 0.0)
-
         def final(state: Tree, cs: Tree, num: Tensor, d: Tree) -> tuple[Tree, Tree]:
             return algo.local_final(state, cs, ctx_of(num, d))
 
-        vstep = vmap(step, randomness="different")
-        vmasked = vmap(masked_step, randomness="different")
-        if self.compile:  # one graph per step kind; recompiled only when shapes change
-            vstep = torch.compile(vstep, dynamic=False)
-            vmasked = torch.compile(vmasked, dynamic=False)
+        vstep, vmasked = self._steps(algo)
         state = vmap(init, randomness="different")(client_states, sizes, data)
+        if self.compile:  # the same strides every step (init's may broadcast), no recompiling
+            state = tree_map(lambda x: _dense(x) if isinstance(x, Tensor) else x, state)
+        # step-major, so that each step's slice has the same strides whatever the step count
+        idx, wts, live = (_dense(a.transpose(0, 1)) for a in (idx, wts, live))
         loss_sum = torch.zeros(len(cids), device=clients.device)
-        for t in range(idx.shape[1]):
+        for t in range(idx.shape[0]):
             if all_live[t]:  # every client of the chunk takes this step: no masking needed
-                state, loss = vstep(state, sizes, data, idx[:, t], wts[:, t])
+                state, loss = vstep(state, sizes, data, idx[t], wts[t], info)
             else:
-                state, loss = vmasked(state, sizes, data, idx[:, t], wts[:, t], live[:, t])
+                state, loss = vmasked(state, sizes, data, idx[t], wts[t], live[t], info)
             loss_sum = loss_sum + loss
         uplinks, new_states = vmap(final, randomness="different")(state, client_states, sizes, data)
         return Trained(
             clients=cids,
             uplinks=uplinks,
-            losses=loss_sum / live.sum(dim=1),
+            losses=loss_sum / live.sum(dim=0),
             states=new_states,
             models=local_model(state) if rnd.keep_models else None,
         )
+
+
+def _dense(x: Tensor) -> Tensor:
+    """``x`` copied with row-major strides, size-1 dimensions included (``contiguous()`` keeps
+    any stride there, and a compiled graph is specialised on strides)."""
+    return x.clone(memory_format=torch.contiguous_format)
 
 
 def vmap_engine(fed: Any, chunk: int = 0, compile: bool = False) -> VmapEngine | SequentialEngine:

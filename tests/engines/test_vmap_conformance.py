@@ -101,6 +101,24 @@ def test_compiled_vmap_equals_sequential(name):
     assert _max_diff(seq_state, vm_state) < 1e-5
 
 
+def test_compiled_vmap_reuses_its_graphs_across_chunks_and_rounds():
+    """Ragged clients, chunks of other sizes and rounds of other step counts must not
+    recompile: past torch's limit (8 graphs) the step would silently run eagerly."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    overrides = {"algorithm": "fedavg", "engine": "vmap", "engine.compile": True}
+    fed, engine = build_rounds(make_config({**BASE, **VMAP, **overrides, "clients": 20}))
+    state = fed.algorithm.server_init(*fed.task.init())
+    graphs = []
+    for rnd in range(5):
+        state, _ = engine.run_round(state, rnd, 0.1, clients=fed.participation.clients(rnd))
+        graphs.append(counters["stats"]["unique_graphs"])
+    # the plain and the masked step, each for a full and a last, smaller chunk at most
+    assert graphs[-1] <= 4 and graphs[1:] == [graphs[1]] * 4, graphs
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("engine", ["sequential", "vmap"])
 def test_cuda_engines_match_the_cpu_reference(engine):

@@ -170,7 +170,7 @@ def plan_section(
         cfg = load_config(None, args)  # every setting checked before anything runs
         run_folder = folder / spec.folder
         if spec.study is not None:
-            study_of(spec)  # its options checked too
+            study_of(spec.study)  # its options checked too
             state = study_state(run_folder)
         else:
             state = job_state(run_folder, cfg)
@@ -183,9 +183,9 @@ def plan_section(
 # -------------------------------------------------------------------------------- running
 
 
-def study_of(spec: RunSpec) -> Study:
-    """A study spec's options as :class:`Study` (a ConfigError names a bad one)."""
-    options = dict(spec.study or {})
+def study_of(options: dict[str, Any]) -> Study:
+    """A preset's privacy-study options as :class:`Study` (a ConfigError names a bad one)."""
+    options = dict(options)
     if "sigmas" in options:
         options["sigmas"] = tuple(options["sigmas"])
     try:
@@ -215,8 +215,7 @@ def run_one(
         try:
             cfg = load_config(None, args)
             if study is not None:
-                spec = RunSpec("", "", cfg.seed, {}, study=study)
-                result = PrivacyStudy(cfg, out, study_of(spec)).run()
+                result = PrivacyStudy(cfg, out, study_of(study)).run()
                 accs = ", ".join(
                     f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items()
                 )
@@ -567,7 +566,7 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
 def job_command(job: Job) -> str:
     """The command line that runs one job by itself."""
     if job.spec.study is not None:
-        words = ["fedretain", "privacy", *job.args, *study_args(study_of(job.spec))]
+        words = ["fedretain", "privacy", *job.args, *study_args(study_of(job.spec.study))]
     else:
         words = ["fedretain", "run", *job.args]
     return shlex.join([*words, "--out", str(job.folder)])

@@ -1231,8 +1231,11 @@ TCE_VARIANTS = {
     "FedAvg (GN)": {"loss": "ce", "model.norm": "group"},
     "FedAvg+TCE (GN)": {"loss": "tce", "model.norm": "group"},
     "FedAvg+TCE (BN)": {"loss": "tce", "model.norm": "batch"},
+    # not in the paper's table ("known to yield poor performance"): the claim that TCE is
+    # robust to BatchNorm where FedAvg degrades needs it beside TCE (BN)
+    "FedAvg (BN)": {"loss": "ce", "model.norm": "batch"},
 }
-TCE_CIFAR10 = {  # lr -> final accuracy of FedAvg (GN), TCE (GN), TCE (BN); NC: did not converge
+TCE_CIFAR10 = {  # lr -> final accuracy of the first three TCE_VARIANTS; NC: did not converge
     0.7: ("NC", "NC", "0.805 ± 0.039"),
     0.5: ("0.777 ± 0.033", "0.751 ± 0.039", "0.832 ± 0.028"),
     0.3: ("0.770 ± 0.022", "0.836 ± 0.029", "0.836 ± 0.010"),
@@ -1260,9 +1263,10 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     learning rates. ``small``: ResNet-20 (the smallest normalised model here) on the
     sequential engine (vmap was twice as slow for it), 4 learning rates, 20 rounds of 10
     local steps, evaluated every 10 rounds (a test pass over 10,000 images takes 6-13 s on one
-    core). ``ci``: scikit-learn's 8x8 digits. Estimate on 2 cores (2 rounds of each variant
-    timed, threads=1: 3.8 s a round, 12.5 s a test pass, about 115 s a run): about 25 minutes
-    for 1 seed with ``--jobs 2``.
+    core). ``ci``: scikit-learn's 8x8 digits. Beside the paper's three variants, FedAvg with
+    BatchNorm, for the claim that TCE is robust to BN where FedAvg degrades. Measured on
+    2 cores: the first three variants' 24 runs took 30 minutes with ``--jobs 2`` (140-220 s a
+    run), so about 40 minutes for all 32 runs of 1 seed.
     """
     lrs = pick(
         scale,
@@ -1320,7 +1324,7 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         ("α=0.1", tce_method(v, lr)): {"final": TCE_CIFAR10[lr][i]}
         for lr in lrs
         if lr in TCE_CIFAR10
-        for i, v in enumerate(TCE_VARIANTS)
+        for i, v in enumerate(list(TCE_VARIANTS)[:3])
     }
 
     def finals(v: Values, setting: str, variant: str) -> list[float | None]:
@@ -1330,8 +1334,9 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         values = finals(v, setting, variant)
         return None if any(x is None for x in values) else max(values)  # type: ignore[type-var]
 
-    def most_lrs(v: Values) -> bool | None:
-        tce, avg = finals(v, "α=0.1", "FedAvg+TCE (GN)"), finals(v, "α=0.1", "FedAvg (GN)")
+    def most_lrs(v: Values, setting: str = "α=0.1", norm: str = "GN") -> bool | None:
+        tce = finals(v, setting, f"FedAvg+TCE ({norm})")
+        avg = finals(v, setting, f"FedAvg ({norm})")
         if any(x is None for x in tce + avg):
             return None
         return sum(a > b for a, b in zip(tce, avg, strict=True)) > len(lrs) / 2  # type: ignore[operator]
@@ -1382,6 +1387,19 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
             long,
         ),
     ]
+    bn = (
+        "BatchNorm's running statistics are averaged over clients like the weights; with 20 "
+        "rounds of 10 steps they drift less apart than over the paper's 4,000 rounds"
+    )
+    claims += [
+        Claim(
+            f"{s}: with BatchNorm, TCE beats FedAvg at most learning rates (FedAvg degrades "
+            "with BN on heterogeneous clients; TCE is robust to it, §4)",
+            lambda v, s=s: most_lrs(v, s, "BN"),
+            bn,
+        )
+        for s in settings
+    ]
     reasons = pick(
         scale,
         paper=[],
@@ -1413,7 +1431,7 @@ PRESETS.add(
     dataset="cifar10",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 1, "paper": 3},
-    estimate="about 25 min (1 seed, --jobs 2)",
+    estimate="about 40 min (1 seed, --jobs 2)",
 )
 
 

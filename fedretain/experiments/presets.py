@@ -120,6 +120,9 @@ class Plan:
     setting_metrics: dict[str, list[str]] = field(default_factory=dict)  # instead of metrics
     paragraph: Callable[[Values, Plan], str] | None = None
     notes: list[str] = field(default_factory=list)
+    # settings whose report relates each accuracy change between evaluations to how many
+    # classes the clients of those rounds held (what drives swings on one-class clients)
+    coverage: tuple[str, ...] = ()
 
     def settings(self) -> list[str]:
         return list(dict.fromkeys(r.setting for r in self.runs))
@@ -420,6 +423,7 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         reasons=reasons + standin_reason(data),
         plots=("round", "forgetting"),
         setting_metrics={forgetting: ["final", "top", "loss_increase", "loss_increase_ref"]},
+        coverage=tuple(s for s in settings if "5,000" in s),
         notes=[
             f"{forgetting}: FedReg with γ = 1 (so that only its pseudo-data correction acts), "
             "and FedAvg's local models trained from FedReg's global models on the same clients "

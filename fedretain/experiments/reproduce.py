@@ -16,6 +16,7 @@ the paper's claims; this module runs them and writes ``DIR/report.md``:
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import statistics
@@ -546,6 +547,7 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
     if plan.paragraph and finished:
         lines += ["## Summary", "", plan.paragraph(results.view(None), plan), ""]
     lines += extra_plots(plan, results, folder)
+    lines += coverage_section(plan, results)
     if plan.sweep:
         lines += sweep_section(plan, results, folder)
     lines += claims_section(plan, results, data)
@@ -561,6 +563,66 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
     text = "\n".join(lines)
     atomic_write_text(folder / "report.md", text)
     return text
+
+
+def coverage_section(plan: Plan, results: Results) -> list[str]:
+    """For ``plan.coverage``'s settings: each method's mean accuracy change between two
+    evaluations against the number of classes the clients of the rounds in between held (over
+    the seeds), and the correlation of the two. The rounds' clients and data come from each
+    run's own config (its partition and participation, rebuilt)."""
+    import numpy as np
+
+    from fedretain.recipe.config import config_from_text
+    from fedretain.recipe.federation import build_federation
+
+    lines = []
+    for setting in plan.coverage:
+        rows, feds = {}, {}
+        for method in plan.methods(setting):
+            pairs = []
+            for seed in results.seeds:
+                run = results.run(setting, method, seed)
+                if run is None:
+                    continue
+                if seed not in feds:  # one partition per seed: every method's is the same
+                    cfg = config_from_text((run.path / "config.toml").read_text())
+                    feds[seed] = build_federation(cfg)
+                fed = feds[seed]
+                labels = np.asarray(fed.dataset.y_train)
+                acc = {r["round"]: r["test_accuracy"] for r in run.records}
+                evaluated = sorted(acc)
+                for a, b in itertools.pairwise(evaluated):
+                    cids = [c for rnd in range(a, b) for c in fed.participation.clients(rnd)]
+                    held = {int(k) for c in cids for k in np.unique(labels[fed.parts[c]])}
+                    pairs.append((len(held), acc[b] - acc[a]))
+            if pairs:
+                rows[method] = pairs
+        if not rows:
+            continue
+        counts = sorted({k for pairs in rows.values() for k, _ in pairs})
+        head = ["method", *[f"{k} classes" for k in counts], "correlation"]
+        lines += [
+            f"### {setting}: accuracy change against the classes the rounds' clients held",
+            "",
+            "Mean change of test accuracy (points) from one evaluation to the next, by how "
+            "many classes the clients of the rounds in between held (how often, over the "
+            "seeds), and the correlation of the two: where it is strongly positive, the swings "
+            "follow which classes each round happened to sample.",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
+        for method, pairs in rows.items():
+            k = np.array([p[0] for p in pairs], dtype=float)
+            d = np.array([p[1] for p in pairs])
+            cells = [
+                f"{100 * d[k == c].mean():+.1f} ({int((k == c).sum())})" if (k == c).any() else ""
+                for c in counts
+            ]
+            corr = f"{np.corrcoef(k, d)[0, 1]:+.2f}" if k.std() > 0 and d.std() > 0 else "-"
+            lines.append(f"| {method} | " + " | ".join(cells) + f" | {corr} |")
+        lines.append("")
+    return lines
 
 
 def job_command(job: Job) -> str:

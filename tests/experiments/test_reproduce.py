@@ -67,6 +67,18 @@ def test_every_preset_runs_at_ci_and_reports_every_claim(ci, name):
         assert (out / spec.folder / done).is_file()
 
 
+def test_fedreg_report_relates_accuracy_swings_to_the_classes_each_round_held(ci):
+    text = (ci("fedreg-table1") / "report.md").read_text().splitlines()
+    title = "### one class, 5,000 clients: accuracy change against the classes"
+    at = next(i for i, line in enumerate(text) if line.startswith(title))
+    head = text[at + 4]
+    # scale=ci: 2 one-class clients a round, evaluated every round: 1 or 2 classes held
+    counts = [int(c.split()[0]) for c in head.strip("|").split("|")[1:-1]]
+    assert counts and set(counts) <= {1, 2}, head
+    rows = [line for line in text[at + 6 : at + 12] if line.startswith("| ")]
+    assert {r.split("|")[1].strip() for r in rows} >= {"SGD", "FedAvg", "FedReg"}
+
+
 def test_privacy_preset_fills_table4_from_each_seeds_study(ci):
     out = ci("fedreg-table4")
     text = (out / "report.md").read_text()

@@ -359,23 +359,34 @@ def fedreg_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         "correct, and γ, η_s are the paper's values for MNIST's CNN, not tuned here"
     )
     claims = []
+    # measured at scale=small on 2 CPU cores: every method near chance after 40 rounds
+    cnn_short = (
+        "40 rounds of the CNN at lr 0.1 on one-class clients leave every method near chance "
+        "(the global model often predicts a single class: final accuracy 0.1000), so R_a "
+        "(against SGD's low final accuracy) says little; on a GPU the same shape over 150 "
+        "rounds gave FedReg R_0.5 at rounds 15-25 and FedAvg at 85-110: the CNN needs more "
+        "rounds than scale=small affords"
+    )
     for s in settings:
-        baselines = ["SGD", "FedAvg"] if s == CNN_SETTING else all_baselines
+        cnn = s == CNN_SETTING
+        baselines = ["SGD", "FedAvg"] if cnn else all_baselines
         claims += [
             Claim(
                 f"{s}: FedReg reaches R_0.5 in fewer rounds than FedAvg",
                 fewer(s, "FedReg", "FedAvg", "R_0.5"),
-                drift,
+                cnn_short if cnn else drift,
             ),
             Claim(
                 f"{s}: FedReg reaches R_0.9 in fewer rounds than every baseline",
                 fewest(s, "FedReg", baselines, "R_0.9"),
-                drift,
+                cnn_short if cnn else drift,
             ),
             Claim(
                 f"{s}: FedReg ends with the highest final accuracy",
                 highest(s, "FedReg", baselines),
-                "the paper's final accuracies differ by 0.1-0.3 points after 500 rounds: "
+                cnn_short
+                if cnn
+                else "the paper's final accuracies differ by 0.1-0.3 points after 500 rounds: "
                 "fewer rounds leave the curves apart for other reasons",
             ),
         ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fedretain.errors import ConfigError
+from fedretain.experiments.privacy import TABLE_ROWS
 from fedretain.registry import Registry
 
 SCALES = ("ci", "small", "paper")
@@ -652,10 +653,14 @@ def fedreg_table4(scale: str, seeds: list[int], data: Data) -> Plan:
         ci={"targets": 1, "iterations": 3, "sigmas": (0.01, 1.0)},
     )
     setting = "Table 4"
-    rows = ("FedAvg", "FedReg with MG", "FedAvg with DP-SGD", "FedProx with DP-SGD")
     runs = [
         RunSpec(
-            setting, "privacy study", seed, {"seed": seed}, study={**study, "seed": seed}, rows=rows
+            setting,
+            "privacy study",
+            seed,
+            {"seed": seed},
+            study={**study, "seed": seed},
+            rows=TABLE_ROWS,
         )
         for seed in seeds
     ]

@@ -103,6 +103,8 @@ class Algorithm:
     # forgetting diagnostics' Fisher correlation uses them (None: the diagnostic's defaults)
     pseudo_data: dict[str, float] | None = None
     local_rule: Any = None  # a fedretain.core.local.LocalRule, or None
+    # why ``vectorisable`` is False, when a transformation keeping the name made it so
+    sequential_because: str = ""
 
     def follows_local_rule(self) -> bool:
         """Whether ``local_step`` is the one ``local_rule`` built (not replaced since)."""

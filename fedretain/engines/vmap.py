@@ -64,7 +64,8 @@ def _keep_live(alive: Tensor, new: Tree, old: Tree) -> Tree:
 def vectorisable(algorithm: Algorithm, model: nn.Module) -> str | None:
     """Why this pair cannot run under vmap, or None when it can."""
     if not algorithm.vectorisable:
-        return f"algorithm {algorithm.name} is not vectorisable"
+        why = f": {algorithm.sequential_because}" if algorithm.sequential_because else ""
+        return f"algorithm {algorithm.name} is not vectorisable{why}"
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         return "BatchNorm updates its running statistics in place, which vmap cannot stack"
     return None

@@ -148,6 +148,8 @@ def with_dpsgd(algorithm: Algorithm, dp: DPSGD) -> Algorithm:
         local_init=local_init,
         local_step=step,
         vectorisable=False,
+        sequential_because="DP-SGD draws each client's noise from its own generator, which "
+        "vmap cannot stack",
         hparams={**algorithm.hparams, **dp.hparams()},
         local_rule=None,  # the local step is no longer the rule's
     )

@@ -94,6 +94,27 @@ class Task:
         return grads, loss, new_buffers
 
     @torch.no_grad()
+    def per_example(
+        self, params: Tree, buffers: Tree, x: Tensor, y: Tensor, batch_size: int = 1000
+    ) -> tuple[Tensor, Tensor]:
+        """Per example: whether the full softmax's top class is right, and its cross-entropy.
+
+        One pass over many clients' samples; callers split the rows (the forgetting
+        diagnostics measure each model on every client's samples at once).
+        """
+        device = next(iter(params.values())).device
+        correct, losses = [], []
+        for start in range(0, len(y), batch_size):
+            xb = as_float(x[start : start + batch_size].to(device))
+            yb = y[start : start + batch_size].to(device)
+            logits, _ = self.forward(params, buffers, xb, train=False)
+            correct.append(logits.argmax(dim=-1) == yb)
+            losses.append(ce(logits, yb))
+        if not losses:
+            return torch.zeros(0, dtype=torch.bool), torch.zeros(0)
+        return torch.cat(correct), torch.cat(losses)
+
+    @torch.no_grad()
     def evaluate(
         self, params: Tree, buffers: Tree, x: Tensor, y: Tensor, batch_size: int = 1000
     ) -> tuple[float, float]:

@@ -1,22 +1,35 @@
 """``engine=auto``: the fastest engine that gives the reference's numbers for this run.
 
-The rule (measured in ``benchmarks/RESULTS.md``, "engine=auto"):
+The rule (measured in ``benchmarks/RESULTS.md``, "engine=auto"); every engine it may pick gives
+the sequential engine's numbers up to floating-point summation order:
 
-1. The vectorised engine when the algorithm and the model can be vectorised
-   (:func:`~fedretain.engines.vmap.vectorisable`); its numbers equal the sequential engine's up
-   to floating-point summation order. Otherwise the sequential engine, the reference.
-2. Compiled (``torch.compile``) when a C++ compiler is on ``PATH`` (TorchInductor needs one on
-   CPU) and the run trains at least :data:`COMPILE_CLIENT_STEPS` client mini-batch steps
-   (rounds x clients per round x local steps per client): on the engine benchmark compilation
-   cost 12 s (MLP) to 39 s (CNN) of start-up and saved 0.4-0.8 ms per client step, so it pays
-   off from about 30,000-50,000 client steps on 2 CPU cores. On CUDA the vectorised round is
-   already short (0.1 s for 100 clients) while compiling costs 27-46 s, so the threshold is
-   :data:`COMPILE_CLIENT_STEPS_CUDA`. The compiled step is built once per run and fed
-   fixed strides and a fixed data length (the largest client's), so that one graph per step
-   kind and chunk size serves every round (:mod:`fedretain.engines.vmap`).
+1. The sequential engine, the reference, when the algorithm or the model cannot be vectorised
+   (:func:`~fedretain.engines.vmap.vectorisable`).
+2. On CUDA: the vectorised engine (15-18x the sequential engine on an H100), compiled
+   (``torch.compile``) from :data:`COMPILE_CLIENT_STEPS_CUDA` client mini-batch steps (rounds x
+   clients per round x local steps per client): the vectorised round is already short (0.1 s
+   for 100 clients) while compiling costs 27-46 s.
+3. On a CPU, the sequential engine for models with convolutions: under vmap a convolution
+   becomes a grouped convolution, which was slower than or level with the per-client loop on
+   two of the three CNN jobs measured (pfl-research's CIFAR-10 round: 1.27 s sequential
+   against 1.55 s vectorised and 1.42 s compiled; FedReg's CNN on the main job's clients: 3.9 s
+   against 4.0 s and 3.6 s plus 4 s of compilation).
+4. On a CPU with one torch thread (``threads=1``, as ``fedretain reproduce --jobs N`` runs
+   each process), the sequential engine: one client's model stays in cache, while a chunk of
+   ten is stacked in memory (the main job's FedAvg round: 0.44 s sequential, 0.50 s
+   vectorised). From :data:`COMPILE_CLIENT_STEPS_ONE_THREAD` client steps the compiled
+   vectorised engine instead (0.38 s per round, after 5-12 s of compilation).
+5. On a CPU with several threads, the vectorised engine (the main job: level with the
+   sequential engine, 0.34 s; the engine benchmark's 100 clients: 1.4x), compiled from
+   :data:`COMPILE_CLIENT_STEPS` client steps when a C++ compiler is on ``PATH``
+   (TorchInductor needs one on CPU): compilation cost 8-12 s and saved 0.2-0.4 ms per client
+   step. The compiled step is built once per run and fed fixed strides and a fixed data length
+   (the largest client's), so that one graph per step kind and chunk size serves every round.
 
-The choice and its reason are printed once and written to ``summary.json`` (``engine``,
-``engine_choice``).
+On a CPU the vectorised engine takes :data:`CPU_CHUNK` clients per call unless ``engine.chunk``
+says otherwise (chunks of 25 and 50 were no faster on the MLP and 1.5x slower on the CNN); on
+CUDA the chunk is sized to memory. The choice and its reason are printed once and written to
+``summary.json`` (``engine``, ``engine_choice``).
 """
 
 from __future__ import annotations
@@ -26,12 +39,16 @@ import shutil
 from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
 
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.engines.vmap import VmapEngine, vectorisable
 
 COMPILE_CLIENT_STEPS = 50_000
+COMPILE_CLIENT_STEPS_ONE_THREAD = 100_000
 COMPILE_CLIENT_STEPS_CUDA = 1_000_000
+CPU_CHUNK = 10
 
 
 def client_steps(fed: Any) -> int:
@@ -47,31 +64,46 @@ def client_steps(fed: Any) -> int:
     return cfg.rounds * cfg.clients_per_round * per_client
 
 
-def choose(fed: Any) -> tuple[str, bool, str]:
-    """``(engine, compiled, why)`` for the federation ``fed``."""
+def has_convolutions(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+
+
+def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, str]:
+    """``(engine, compiled, why)`` for the federation ``fed`` with ``threads`` torch threads
+    (default: torch's current number)."""
     why = vectorisable(fed.algorithm, fed.task.model)
     if why:
         return "sequential", False, why
     steps = client_steps(fed)
-    threshold = COMPILE_CLIENT_STEPS_CUDA if fed.device.type == "cuda" else COMPILE_CLIENT_STEPS
+    if fed.device.type == "cuda":
+        if steps < COMPILE_CLIENT_STEPS_CUDA:
+            return "vmap", False, f"CUDA; {steps:,} client steps < {COMPILE_CLIENT_STEPS_CUDA:,}"
+        return "vmap", True, f"CUDA; {steps:,} client steps >= {COMPILE_CLIENT_STEPS_CUDA:,}"
+    if has_convolutions(fed.task.model):
+        return "sequential", False, "convolutions on a CPU: vmap makes them grouped, no faster"
+    threads = threads or torch.get_num_threads()
+    threshold = COMPILE_CLIENT_STEPS_ONE_THREAD if threads == 1 else COMPILE_CLIENT_STEPS
     compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if fed.device.type == "cpu" and compiler is None:
-        return "vmap", False, "vectorisable; no C++ compiler on PATH for torch.compile"
-    if steps < threshold:
-        return "vmap", False, f"vectorisable; {steps:,} client steps < {threshold:,} to compile"
-    return "vmap", True, f"vectorisable; {steps:,} client steps >= {threshold:,}: compiled"
+    if steps >= threshold and compiler:
+        return "vmap", True, f"{threads} CPU thread(s); {steps:,} client steps >= {threshold:,}"
+    short = f"{steps:,} client steps < {threshold:,}" if compiler else "no C++ compiler"
+    if threads == 1:
+        return "sequential", False, f"one CPU thread; {short} to compile"
+    return "vmap", False, f"{threads} CPU threads; {short} to compile"
 
 
 def auto_engine(fed: Any, chunk: int = 0) -> VmapEngine | SequentialEngine:
-    """``engine=auto``: see the module's rule; ``chunk`` as ``engine=vmap``'s."""
+    """``engine=auto``: see the module's rule; ``chunk`` as ``engine=vmap``'s (0: the rule's)."""
     if chunk < 0:
         raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
     name, compiled, why = choose(fed)
     engine: VmapEngine | SequentialEngine
     if name == "vmap":
-        engine = VmapEngine(fed.task, chunk, compiled)
+        size = chunk or (CPU_CHUNK if fed.device.type == "cpu" else 0)
+        engine = VmapEngine(fed.task, size, compiled)
+        name = f"vmap{' (compiled)' if compiled else ''}, chunk {size or 'sized to memory'}"
     else:
         engine = SequentialEngine()
-    engine.choice = f"{name}{' (compiled)' if compiled else ''}: {why}"
+    engine.choice = f"{name}: {why}"
     print(f"engine=auto: {engine.choice}")
     return engine

@@ -49,12 +49,20 @@ class ForgettingObserver:
     algorithm whose local models are also trained from the run's global model of each round, on
     the same clients and mini-batches (FedReg App. B.3's paired comparison); nothing of it
     reaches the run (own client states, torch RNG restored); ``samples``: at most this many
-    samples per client for the losses and F_ki (0: all).
+    samples per client for the losses and F_ki (0: all); ``fisher``: also measure FedReg's
+    Fisher correlation (off by default: it costs about twice a round of the main job).
     """
 
     needs_local_models = True
 
-    def __init__(self, run: Run, rounds: tuple = (), reference: str = "", samples: int = 0) -> None:
+    def __init__(
+        self,
+        run: Run,
+        rounds: tuple = (),
+        reference: str = "",
+        samples: int = 0,
+        fisher: bool = False,
+    ) -> None:
         fed = run.fed
         self.run = run
         self.path = run.out / "forgetting.jsonl"
@@ -69,6 +77,7 @@ class ForgettingObserver:
             pseudo=fed.algorithm.pseudo_data,
             seed=run.cfg.seed,
             eval_samples=samples,
+            fisher=fisher,
         )
         # the reference's own default hyper-parameters: cfg.algo belongs to the run's algorithm
         self.ref_algorithm = (
@@ -149,7 +158,7 @@ DIAGNOSTICS = Registry("diagnostic", internal=("run",))
 DIAGNOSTICS.add(
     "forgetting",
     ForgettingObserver,
-    "loss increase on earlier clients, Fisher correlation, F_ki heat maps (rounds, reference, "
-    "samples)",
+    "loss increase on earlier clients, F_ki heat maps, FedReg's Fisher correlation (rounds, "
+    "reference, samples, fisher)",
     check=check_forgetting,
 )

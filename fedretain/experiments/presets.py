@@ -1474,10 +1474,8 @@ def demo(scale: str, seeds: list[int], data: Data) -> Plan:
     (experiments/fmnist_pathological.toml), 30 rounds of the MLP, every run measuring its
     forgetting (``diagnostics=forgetting`` on 100 samples per client).
 
-    ``small`` (the demo): measured 7 min 41 s with ``--jobs 2`` on 2 CPU cores that other
-    jobs also used (load average 2.5-4), 9.2 CPU-minutes in all: about 5 minutes on two free
-    cores. GradMA (3.5 min) and FedReg (3 min) run first, side by side; the forgetting
-    diagnostics are about half of every other run.
+    ``small`` (the demo): measured 2 min 26 s with ``--jobs 2`` on 2 free CPU cores, 4.4
+    CPU-minutes in all. GradMA (1.5 min) and FedReg (1.3 min) run first, side by side.
     ``paper``: FedReg's CNN, 100 rounds, 3 seeds.
     """
     base = {
@@ -1629,5 +1627,5 @@ PRESETS.add(
     "the README's main command: 8 methods head to head on non-IID Fashion-MNIST, with forgetting",
     dataset="fashion-mnist",
     seeds={"ci": 1, "small": 1, "paper": 3},
-    estimate="about 8 min (1 seed, --jobs 2)",
+    estimate="about 2.5 min (1 seed, --jobs 2)",
 )

@@ -17,7 +17,10 @@ started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the r
   pseudo data (made from ``i``'s data with ``θ(t−1)``, soft labels) and on the training data
   of the clients of the previous 10 rounds. High values mean the pseudo data stand in for the
   data the model must not forget. Both sets are capped at ``fisher_samples`` samples, and the
-  trained local model is used (the paper takes it after one local step).
+  trained local model is used (the paper takes it after one local step). Measured only with
+  ``fisher=True`` (``diagnostics.fisher=true``): it makes FedReg's pseudo data and two Fisher
+  matrices per client, about three times the rest of the diagnostic and twice a FedAvg round
+  of the main job.
 - **F_ki** (TCE, section 2): for ``k, i ∈ C(t)``,
   ``F_ki = Acc_k(θ(t,i)) − Acc_k(θ(t−1))`` on client ``k``'s validation data (training data
   when the run has no validation split), and ``F_k = mean_{i≠k} F_ki``: negative values are
@@ -25,7 +28,8 @@ started from (``θ(t−1)``) and the locally trained models ``θ(t,j)`` of the r
 
 Losses and accuracies use the full softmax (cross-entropy), whatever the training loss, on every
 sample of a client or, with ``diagnostics.samples=N``, on a fixed subset of at most N (on a CPU
-the CNN's diagnostics cost more than its round otherwise). :class:`Forgetting`
+the CNN's diagnostics cost more than its round otherwise); each model is evaluated once per
+round, on the concatenated samples of every client it is measured on. :class:`Forgetting`
 returns one record per round; the run's diagnostic (:mod:`fedretain.experiments.diagnostics`)
 writes them and draws them.
 """
@@ -57,6 +61,7 @@ class Forgetting:
         fisher_samples: int = 256,
         seed: int = 0,
         eval_samples: int = 0,
+        fisher: bool = False,
     ) -> None:
         self.task = task
         self.dataset = dataset
@@ -67,6 +72,7 @@ class Forgetting:
         self.records: list[dict[str, Any]] = []
         # FedReg's pseudo-data settings (the run's own when it is FedReg)
         self.pseudo = {"eta_s": 0.2, "eta_p": 0.002, "steps": 10, **(pseudo or {})}
+        self.fisher = fisher
         self.fisher_samples = fisher_samples
         self.rng = np.random.default_rng(seed)
         # losses and accuracies on at most eval_samples of each client's samples (0: all),
@@ -118,10 +124,30 @@ class Forgetting:
         a, b = a - a.mean(), b - b.mean()
         return float((a @ b) / (a.norm() * b.norm()).clamp_min(1e-300))
 
-    def _eval(self, model: tuple[Tree, Tree], idx: np.ndarray) -> tuple[float, float]:
-        i = torch.from_numpy(idx)
-        x, y = self.dataset.x_train[i], self.dataset.y_train[i]
-        return self.task.evaluate(model[0], model[1], x, y, self.batch_size)
+    def _measure(
+        self, model: tuple[Tree, Tree], segments: list[np.ndarray]
+    ) -> list[tuple[float, float]]:
+        """Accuracy and mean loss of ``model`` on each segment of training-set rows, from one
+        pass over their concatenation."""
+        if not segments:
+            return []
+        idx = torch.from_numpy(np.concatenate(segments))
+        correct, losses = self.task.per_example(
+            model[0],
+            model[1],
+            self.dataset.x_train[idx],
+            self.dataset.y_train[idx],
+            self.batch_size,
+        )
+        out = []
+        for c, loss in zip(
+            correct.split([len(s) for s in segments]),
+            losses.double().split([len(s) for s in segments]),
+            strict=True,
+        ):
+            n = max(len(c), 1)
+            out.append((int(c.sum()) / n, float(loss.sum()) / n))
+        return out
 
     def round(
         self,
@@ -135,45 +161,48 @@ class Forgetting:
         model on the same clients); returns (and keeps) the round's record."""
         clients = list(local_models)
         record: dict[str, Any] = {"round": rnd + 1, "clients": clients}
-        if self.prev_clients and clients:
+        prev = self.prev_clients if clients else []
+        on = self.eval_val_parts if self.eval_val_parts is not None else self.eval_parts
+        # every model on the previous clients' samples (losses) and this round's (F_ki)
+        segments = [self.eval_parts[i] for i in prev] + [on[k] for k in clients]
 
-            def loss_after(models: dict[int, tuple[Tree, Tree]], i: int) -> float:
-                part = self.eval_parts[i]
-                return float(np.mean([self._eval(m, part)[1] for m in models.values()]))
+        def measure(model: tuple[Tree, Tree]) -> tuple[list[float], list[float]]:
+            """Losses on the previous clients, accuracies on this round's."""
+            m = self._measure(model, segments)
+            return [loss for _, loss in m[: len(prev)]], [acc for acc, _ in m[len(prev) :]]
 
-            before = [self._eval(start_model, self.eval_parts[i])[1] for i in self.prev_clients]
-            after = [loss_after(local_models, i) for i in self.prev_clients]
-            history = [c for r in self.records[-10:] for c in r["clients"]]
-            prev_data = np.concatenate([self.parts[c] for c in dict.fromkeys(history)])
-            corr = [
-                self._fisher_corr(start_model, local_models[j], self.parts[j], prev_data)
-                for j in clients
-            ]
+        before, base = measure(start_model)
+        local = {i: measure(m) for i, m in local_models.items()}
+        if prev:
+            after = [float(np.mean([local[j][0][n] for j in clients])) for n in range(len(prev))]
             record.update(
-                fisher_corr=corr,
-                fisher_corr_mean=float(np.mean(corr)),
-                prev_clients=list(self.prev_clients),
+                prev_clients=list(prev),
                 loss_prev=before,
                 loss_now=after,
                 loss_prev_mean=float(np.mean(before)),
                 loss_now_mean=float(np.mean(after)),
                 loss_increase_mean=float(np.mean(after) - np.mean(before)),
             )
+            if self.fisher:
+                history = [c for r in self.records[-10:] for c in r["clients"]]
+                prev_data = np.concatenate([self.parts[c] for c in dict.fromkeys(history)])
+                corr = [
+                    self._fisher_corr(start_model, local_models[j], self.parts[j], prev_data)
+                    for j in clients
+                ]
+                record.update(fisher_corr=corr, fisher_corr_mean=float(np.mean(corr)))
             if reference:
-                ref = [loss_after(reference, i) for i in self.prev_clients]
+                segs = [self.eval_parts[i] for i in prev]
+                ref_losses = [
+                    [loss for _, loss in self._measure(m, segs)] for m in reference.values()
+                ]
+                ref = [float(np.mean([r[n] for r in ref_losses])) for n in range(len(prev))]
                 record.update(
                     loss_now_ref=ref,
                     loss_now_ref_mean=float(np.mean(ref)),
                     loss_increase_ref_mean=float(np.mean(ref) - np.mean(before)),
                 )
-        on = self.eval_val_parts if self.eval_val_parts is not None else self.eval_parts
-        base = [self._eval(start_model, on[k])[0] for k in clients]
-        f = np.array(
-            [
-                [self._eval(local_models[i], on[k])[0] - base[a] for i in clients]
-                for a, k in enumerate(clients)
-            ]
-        )
+        f = np.array([[local[i][1][a] - base[a] for i in clients] for a in range(len(clients))])
         n = len(clients)
         f_k = [(f[a].sum() - f[a, a]) / (n - 1) if n > 1 else float("nan") for a in range(n)]
         record.update(

@@ -72,3 +72,16 @@ def test_autograd_and_functional_paths_agree():
     stacked = {k: torch.stack([v, v]) for k, v in params.items()}
     per_client = vmap(lambda p: task.grad(p, buffers, batch)[0])(stacked)
     assert torch.allclose(per_client["0.weight"][1], g_auto["0.weight"], atol=1e-6)
+
+
+def test_per_example_rows_match_the_evaluation_and_by_hand():
+    torch.manual_seed(0)
+    task = Task(nn.Linear(4, 3), get_loss("ce"), num_classes=3)
+    params, buffers = task.init()
+    x, y = torch.randn(7, 4), torch.randint(0, 3, (7,))
+    correct, losses = task.per_example(params, buffers, x, y, batch_size=3)  # three batches
+    logits = x @ params["weight"].T + params["bias"]
+    assert torch.equal(correct, logits.argmax(1) == y)
+    assert torch.allclose(losses, F.cross_entropy(logits, y, reduction="none"), atol=1e-6)
+    acc, loss = task.evaluate(params, buffers, x, y)
+    assert acc == int(correct.sum()) / 7 and abs(loss - float(losses.mean())) < 1e-6

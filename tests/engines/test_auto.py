@@ -22,8 +22,9 @@ def test_auto_is_the_default_engine():
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n not in continual_only()])
 def test_auto_gives_the_sequential_engines_numbers(name):
     extra = OVERRIDES.get(name, {})
-    seq_state, _ = _run({"algorithm": name, "engine": "sequential", **extra})
-    auto_state, rounds = _run({"algorithm": name, "engine": "auto", **extra})
+    # two threads: on one CPU thread auto keeps the sequential engine for runs this short
+    seq_state, _ = _run({"algorithm": name, "engine": "sequential", "threads": 2, **extra})
+    auto_state, rounds = _run({"algorithm": name, "engine": "auto", "threads": 2, **extra})
     vectorisable = ALGORITHMS.build(name, {}).vectorisable if name != "moon" else True
     assert isinstance(rounds.engine, VmapEngine if vectorisable else SequentialEngine)
     assert _max_diff(seq_state, auto_state) < 1e-5
@@ -38,19 +39,38 @@ def test_auto_falls_back_to_sequential_for_batchnorm(capsys):
 
 def test_auto_compiles_only_long_runs_with_a_compiler(monkeypatch):
     short = build_federation(make_config({**BASE, "rounds": 2}))
-    assert auto.choose(short)[:2] == ("vmap", False)
+    assert auto.choose(short, threads=2)[:2] == ("vmap", False)
     # 9 clients, 5 per round, digits split 9 ways (~200 samples), batch 16, 2 epochs: ~26 steps
     long = build_federation(make_config({**BASE, "rounds": 1000}))
     assert auto.client_steps(long) >= auto.COMPILE_CLIENT_STEPS
-    assert auto.choose(long)[:2] == ("vmap", True)
+    assert auto.choose(long, threads=2)[:2] == ("vmap", True)
     monkeypatch.setattr(auto.shutil, "which", lambda name: None)
-    name, compiled, why = auto.choose(long)
+    name, compiled, why = auto.choose(long, threads=2)
     assert (name, compiled) == ("vmap", False) and "compiler" in why
 
 
+def test_auto_keeps_one_cpu_thread_sequential_until_compiling_pays():
+    short = build_federation(make_config({**BASE, "rounds": 2}))
+    name, compiled, why = auto.choose(short, threads=1)
+    assert (name, compiled) == ("sequential", False) and "one CPU thread" in why
+    longer = build_federation(make_config({**BASE, "rounds": 500}))
+    steps = auto.client_steps(longer)
+    assert auto.COMPILE_CLIENT_STEPS <= steps < auto.COMPILE_CLIENT_STEPS_ONE_THREAD
+    assert auto.choose(longer, threads=1)[:2] == ("sequential", False)
+    longest = build_federation(make_config({**BASE, "rounds": 4000}))
+    assert auto.choose(longest, threads=1)[:2] == ("vmap", True)
+
+
+def test_auto_keeps_convolutions_sequential_on_a_cpu():
+    cfg = {k: v for k, v in BASE.items() if k != "model.hidden"}
+    fed = build_federation(make_config({**cfg, "model": "resnet20", "model.norm": "group"}))
+    name, compiled, why = auto.choose(fed, threads=2)
+    assert (name, compiled) == ("sequential", False) and "convolutions" in why
+
+
 def test_auto_writes_its_choice_to_the_summary(tmp_path, capsys):
-    cfg = make_config({**BASE, "rounds": 1, "engine": "auto"})
+    cfg = make_config({**BASE, "rounds": 1, "engine": "auto", "threads": 2})
     summary = run_experiment(cfg, tmp_path, progress=False)
     assert summary["engine"] == "vmap"
-    assert summary["engine_choice"].startswith("vmap: vectorisable")
-    assert "engine=auto: vmap" in capsys.readouterr().out
+    assert summary["engine_choice"].startswith("vmap, chunk 10: 2 CPU threads")
+    assert "engine=auto: vmap, chunk 10" in capsys.readouterr().out

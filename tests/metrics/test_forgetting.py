@@ -80,8 +80,7 @@ def test_forgetting_run_writes_records_and_plots(tmp_path):
     assert all(r["F_on"] == "validation" and len(r["F"]) == 5 for r in rows)
     # one-class clients: a round's local training raises the loss on the last round's clients
     assert all(r["loss_now_mean"] > r["loss_prev_mean"] for r in rows[1:])
-    assert all(-1 <= c <= 1 for r in rows[1:] for c in r["fisher_corr"])
-    assert len(rows[1]["fisher_corr"]) == 5
+    assert all("fisher_corr" not in r for r in rows)  # opt-in: diagnostics.fisher=true
     assert (tmp_path / "seq" / "forgetting.png").exists()
     assert (tmp_path / "seq" / "forgetting-3.png").exists()
     assert summary["forgetting"]["loss_increase_mean"] > 0
@@ -100,6 +99,15 @@ def test_forgetting_survives_resume(tmp_path):
     rows = read_jsonl(tmp_path / "forgetting.jsonl")
     assert [r["round"] for r in rows] == [1, 2, 3] and "loss_prev" in rows[2]
     assert json.loads((tmp_path / "summary.json").read_text())["forgetting"]
+
+
+def test_fisher_correlation_is_measured_when_asked(tmp_path):
+    run_experiment(
+        make_config({**DIGITS, "rounds": 2, "diagnostics.fisher": True}), tmp_path, progress=False
+    )
+    rows = read_jsonl(tmp_path / "forgetting.jsonl")
+    assert "fisher_corr" not in rows[0] and len(rows[1]["fisher_corr"]) == 5
+    assert all(-1 <= c <= 1 for c in rows[1]["fisher_corr"])
 
 
 def test_fisher_correlation_is_pearson_of_pseudo_and_previous_fishers():
@@ -127,6 +135,8 @@ def test_bad_diagnostics_are_refused():
         make_config({"diagnostics": "forgeting"})
     with pytest.raises(ConfigError, match=r"diagnostics\.rounds"):
         make_config({"diagnostics": "forgetting", "rounds": 5, "diagnostics.rounds": [9]})
+    with pytest.raises(ConfigError, match=r"diagnostics\.fisher: expected true or false"):
+        make_config({"diagnostics": "forgetting", "diagnostics.fisher": "yes"})
     with pytest.raises(ConfigError, match=r"diagnostics\.reference set, but no diagnostics"):
         make_config({"diagnostics.reference": "fedavg"})
     with pytest.raises(ConfigError, match=r"unknown diagnostics\.reference 'fedavgg'"):

@@ -19,8 +19,11 @@ the sequential engine's numbers up to floating-point summation order:
    ten is stacked in memory (the main job's FedAvg round: 0.44 s sequential, 0.50 s
    vectorised). From :data:`COMPILE_CLIENT_STEPS_ONE_THREAD` client steps the compiled
    vectorised engine instead (0.38 s per round, after 5-12 s of compilation).
-5. On a CPU with several threads, the vectorised engine (the main job: level with the
-   sequential engine, 0.34 s; the engine benchmark's 100 clients: 1.4x), compiled from
+5. On a CPU with several threads, the vectorised engine (the main job: 1.2x the sequential
+   engine; the engine benchmark's 100 clients: 1.4x) when the clients are even (the mean
+   client's local steps at least :data:`MIN_BALANCE` of the largest client's: a chunk runs as
+   many steps as its largest client, so on a Dirichlet α = 0.1 split of the main job it was
+   1.6x slower than the loop), compiled from
    :data:`COMPILE_CLIENT_STEPS` client steps when a C++ compiler is on ``PATH``
    (TorchInductor needs one on CPU): compilation cost 8-12 s and saved 0.2-0.4 ms per client
    step. The compiled step is built once per run and fed fixed strides and a fixed data length
@@ -34,7 +37,6 @@ CUDA the chunk is sized to memory. The choice and its reason are printed once an
 
 from __future__ import annotations
 
-import math
 import shutil
 from typing import Any
 
@@ -49,19 +51,31 @@ COMPILE_CLIENT_STEPS = 50_000
 COMPILE_CLIENT_STEPS_ONE_THREAD = 100_000
 COMPILE_CLIENT_STEPS_CUDA = 1_000_000
 CPU_CHUNK = 10
+MIN_BALANCE = 0.9
+
+
+def steps_per_client(fed: Any) -> np.ndarray:
+    """Each client's local mini-batch steps per round."""
+    cfg = fed.config
+    sizes = np.array([len(p) for p in fed.clients.parts])
+    if fed.algorithm.schedule == "full_batch":
+        return np.ones_like(sizes)
+    if cfg.local_steps:
+        return np.full_like(sizes, cfg.local_steps)
+    return cfg.local_epochs * np.maximum(1, np.ceil(sizes / cfg.batch_size)).astype(int)
 
 
 def client_steps(fed: Any) -> int:
     """The run's local mini-batch steps over all rounds and clients (median client size)."""
-    cfg = fed.config
-    if fed.algorithm.schedule == "full_batch":
-        per_client = 1
-    elif cfg.local_steps:
-        per_client = cfg.local_steps
-    else:
-        median = float(np.median([len(p) for p in fed.clients.parts]))
-        per_client = cfg.local_epochs * max(1, math.ceil(median / cfg.batch_size))
-    return cfg.rounds * cfg.clients_per_round * per_client
+    per_client = int(np.median(steps_per_client(fed)))
+    return fed.config.rounds * fed.config.clients_per_round * per_client
+
+
+def balance(fed: Any) -> float:
+    """Mean local steps per client over the largest client's: a chunk of clients under vmap
+    takes as many steps as its largest client (the others' are masked)."""
+    steps = steps_per_client(fed)
+    return float(steps.mean() / steps.max())
 
 
 def has_convolutions(model: nn.Module) -> bool:
@@ -89,6 +103,16 @@ def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, str]:
     short = f"{steps:,} client steps < {threshold:,}" if compiler else "no C++ compiler"
     if threads == 1:
         return "sequential", False, f"one CPU thread; {short} to compile"
+    even = balance(fed)
+    if even < MIN_BALANCE:
+        return (
+            "sequential",
+            False,
+            (
+                f"uneven clients (mean steps / largest client's {even:.2f} < {MIN_BALANCE}); "
+                f"{short} to compile"
+            ),
+        )
     return "vmap", False, f"{threads} CPU threads; {short} to compile"
 
 

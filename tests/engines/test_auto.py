@@ -22,9 +22,10 @@ def test_auto_is_the_default_engine():
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n not in continual_only()])
 def test_auto_gives_the_sequential_engines_numbers(name):
     extra = OVERRIDES.get(name, {})
-    # two threads: on one CPU thread auto keeps the sequential engine for runs this short
-    seq_state, _ = _run({"algorithm": name, "engine": "sequential", "threads": 2, **extra})
-    auto_state, rounds = _run({"algorithm": name, "engine": "auto", "threads": 2, **extra})
+    # two threads and even clients: otherwise auto keeps the sequential engine for runs this short
+    even = {"threads": 2, "partition": "iid", "partition.alpha": None, **extra}
+    seq_state, _ = _run({"algorithm": name, "engine": "sequential", **even})
+    auto_state, rounds = _run({"algorithm": name, "engine": "auto", **even})
     vectorisable = ALGORITHMS.build(name, {}).vectorisable if name != "moon" else True
     assert isinstance(rounds.engine, VmapEngine if vectorisable else SequentialEngine)
     assert _max_diff(seq_state, auto_state) < 1e-5
@@ -37,16 +38,33 @@ def test_auto_falls_back_to_sequential_for_batchnorm(capsys):
     assert "BatchNorm" in capsys.readouterr().out
 
 
+EVEN = {
+    **{k: v for k, v in BASE.items() if k != "partition.alpha"},
+    "partition": "iid",
+}  # 9 clients of 199-200 samples: 13 steps each
+
+
 def test_auto_compiles_only_long_runs_with_a_compiler(monkeypatch):
-    short = build_federation(make_config({**BASE, "rounds": 2}))
+    short = build_federation(make_config({**EVEN, "rounds": 2}))
+    assert auto.balance(short) == 1.0
     assert auto.choose(short, threads=2)[:2] == ("vmap", False)
     # 9 clients, 5 per round, digits split 9 ways (~200 samples), batch 16, 2 epochs: ~26 steps
-    long = build_federation(make_config({**BASE, "rounds": 1000}))
+    long = build_federation(make_config({**EVEN, "rounds": 1000}))
     assert auto.client_steps(long) >= auto.COMPILE_CLIENT_STEPS
     assert auto.choose(long, threads=2)[:2] == ("vmap", True)
     monkeypatch.setattr(auto.shutil, "which", lambda name: None)
     name, compiled, why = auto.choose(long, threads=2)
     assert (name, compiled) == ("vmap", False) and "compiler" in why
+
+
+def test_auto_keeps_uneven_clients_sequential_until_compiling_pays():
+    # BASE: Dirichlet alpha = 0.5 over 9 clients; a vmapped chunk runs its largest client's steps
+    ragged = build_federation(make_config({**BASE, "rounds": 2}))
+    assert auto.balance(ragged) < auto.MIN_BALANCE
+    name, compiled, why = auto.choose(ragged, threads=2)
+    assert (name, compiled) == ("sequential", False) and "uneven clients" in why
+    long = build_federation(make_config({**BASE, "rounds": 1000}))
+    assert auto.choose(long, threads=2)[:2] == ("vmap", True)
 
 
 def test_auto_keeps_one_cpu_thread_sequential_until_compiling_pays():
@@ -69,7 +87,7 @@ def test_auto_keeps_convolutions_sequential_on_a_cpu():
 
 
 def test_auto_writes_its_choice_to_the_summary(tmp_path, capsys):
-    cfg = make_config({**BASE, "rounds": 1, "engine": "auto", "threads": 2})
+    cfg = make_config({**EVEN, "rounds": 1, "engine": "auto", "threads": 2})
     summary = run_experiment(cfg, tmp_path, progress=False)
     assert summary["engine"] == "vmap"
     assert summary["engine_choice"].startswith("vmap, chunk 10: 2 CPU threads")

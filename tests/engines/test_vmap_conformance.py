@@ -35,7 +35,8 @@ OVERRIDES = {"fedreg": {"batch_size": 64, "local_epochs": 1}, "moon": {"model.pr
 def _run(overrides, rounds=3):
     if overrides.get("engine") == "vmap":
         overrides = {**VMAP, **overrides}
-    fed, engine = build_rounds(make_config({**BASE, **overrides}))
+    keys = {k: v for k, v in {**BASE, **overrides}.items() if v is not None}  # None: drop a key
+    fed, engine = build_rounds(make_config(keys))
     state = fed.algorithm.server_init(*fed.task.init())
     for rnd in range(rounds):
         state, _ = engine.run_round(state, rnd, 0.1, clients=fed.participation.clients(rnd))

@@ -16,9 +16,9 @@ the sequential engine's numbers up to floating-point summation order:
    against 4.0 s and 3.6 s plus 4 s of compilation).
 4. On a CPU with one torch thread (``threads=1``, as ``fedretain reproduce --jobs N`` runs
    each process), the sequential engine: one client's model stays in cache, while a chunk of
-   ten is stacked in memory (the main job's FedAvg round: 0.44 s sequential, 0.50 s
+   ten is stacked in memory (the main job's FedAvg round: 0.30 s sequential, 0.33 s
    vectorised). From :data:`COMPILE_CLIENT_STEPS_ONE_THREAD` client steps the compiled
-   vectorised engine instead (0.38 s per round, after 5-12 s of compilation).
+   vectorised engine instead (0.20 s per round, after 4-12 s of compilation).
 5. On a CPU with several threads, the vectorised engine (the main job: 1.2x the sequential
    engine; the engine benchmark's 100 clients: 1.4x) when the clients are even (the mean
    client's local steps at least :data:`MIN_BALANCE` of the largest client's: a chunk runs as
@@ -79,6 +79,7 @@ def balance(fed: Any) -> float:
 
 
 def has_convolutions(model: nn.Module) -> bool:
+    """Whether ``model`` has a convolution layer (any dimension)."""
     return any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
 
 

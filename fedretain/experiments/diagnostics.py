@@ -50,7 +50,7 @@ class ForgettingObserver:
     the same clients and mini-batches (FedReg App. B.3's paired comparison); nothing of it
     reaches the run (own client states, torch RNG restored); ``samples``: at most this many
     samples per client for the losses and F_ki (0: all); ``fisher``: also measure FedReg's
-    Fisher correlation (off by default: it costs about twice a round of the main job).
+    Fisher correlation (off by default: it costs about twice FedAvg's local training).
     """
 
     needs_local_models = True

@@ -41,6 +41,10 @@ from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, leaves, tree_map, tree_numel, tree_zeros_like
 
 FISHER_BYTES = 256 << 20  # what one chunk of samples may hold at once when chunk = 0
+# what one sub-chunk of per-sample weight gradients (and a convolution's unfolded input) may
+# hold: cache-sized, so that the unfold and the batched matmul stay in cache (FedReg's CNN on
+# 600 samples, 2 threads: 0.36 s per Fisher at 8 MiB, 0.60 s at 256 MiB)
+SUB_CHUNK_BYTES = 8 << 20
 
 
 def _vmap_width(t: Tensor) -> int:
@@ -178,7 +182,7 @@ def _positions(t: Tensor, n: int, channels_last: bool) -> Tensor:
 
 
 def _sub_chunks(n: int, per_sample_numel: int, width: int) -> int:
-    return max(1, min(n, FISHER_BYTES // (4 * max(per_sample_numel, 1) * width)))
+    return max(1, min(n, SUB_CHUNK_BYTES // (4 * max(per_sample_numel, 1) * width)))
 
 
 def _layer_fisher(

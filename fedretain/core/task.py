@@ -120,16 +120,10 @@ class Task:
     ) -> tuple[float, float]:
         """Accuracy and mean cross-entropy of the full softmax over ``(x, y)``.
 
-        Evaluation always uses the full softmax, whatever the training loss.
+        Evaluation always uses the full softmax, whatever the training loss. The loss is
+        summed per batch of ``batch_size`` and the batches' sums in double precision.
         """
-        device = next(iter(params.values())).device
-        correct = 0
-        total_loss = 0.0
-        for start in range(0, len(y), batch_size):
-            xb = as_float(x[start : start + batch_size].to(device))
-            yb = y[start : start + batch_size].to(device)
-            logits, _ = self.forward(params, buffers, xb, train=False)
-            correct += int((logits.argmax(dim=-1) == yb).sum())
-            total_loss += float(ce(logits, yb).sum())
+        correct, losses = self.per_example(params, buffers, x, y, batch_size)
+        total_loss = sum(float(part.sum()) for part in losses.split(batch_size))
         n = max(len(y), 1)
-        return correct / n, total_loss / n
+        return int(correct.sum()) / n, total_loss / n

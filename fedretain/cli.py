@@ -307,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("names", nargs="*", metavar="NAME", help="preset(s), or all; then KEY=VALUE")
     rep.add_argument("--list", action="store_true", help="list the presets")
     rep.add_argument("--out", help="folder of the runs and report.md")
-    rep.add_argument("--scale", default="small", help="ci, small (default) or paper")
+    rep.add_argument(
+        "--scale", default="small", help="ci, small (default), medium (fedcil-table1) or paper"
+    )
     rep.add_argument("--seeds", type=int, help="seeds per run (default: the preset's)")
     rep.add_argument("--jobs", type=int, default=1, help="runs at a time, one process each")
     rep.add_argument(

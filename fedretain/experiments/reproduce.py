@@ -162,6 +162,9 @@ def plan_section(
 ) -> Section:
     entry = PRESETS.get(name)
     data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs)
+    if scale not in entry.meta["seeds"]:
+        have = ", ".join(entry.meta["seeds"])
+        raise ConfigError(f"preset {name} has no scale '{scale}'; it has: {have}")
     n = seeds or entry.meta["seeds"][scale]
     plan = entry.factory(scale, list(range(n)), data)
     jobs = []
@@ -752,8 +755,13 @@ def mean_curve(results: Results, setting: str, method: str) -> list[dict[str, An
     return out
 
 
+FORGETTING = "forgetting.jsonl"  # diagnostics=forgetting
+QUALITY = "generator_quality.jsonl"  # diagnostics=generator_quality
+
+
 def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
-    """Accuracy against bytes, and the forgetting plot (loss increase per round)."""
+    """Accuracy against bytes, the forgetting plot (loss increase per round), and a continual
+    preset's accuracy matrices and generator quality."""
     lines = []
     for setting in plan.settings():
         curves = [(m, mean_curve(results, setting, m)) for m in plan.methods(setting)]
@@ -767,10 +775,10 @@ def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
         if "forgetting" in plan.plots:
             series = []
             for method in plan.methods(setting):
-                rows = forgetting_rows(results, setting, method)
+                rows = mean_rows(results, setting, method, FORGETTING, "loss_increase_mean")
                 if rows:
                     series.append((method, rows))
-                ref = forgetting_rows(results, setting, method, "loss_increase_ref_mean")
+                ref = mean_rows(results, setting, method, FORGETTING, "loss_increase_ref_mean")
                 if ref:  # diagnostics.reference: its local models from the same global models
                     series.append((f"{method}'s reference, same global models", ref))
             if series:
@@ -790,23 +798,73 @@ def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
                     "`diagnostics=forgetting`); mean over the seeds.",
                     "",
                 ]
+        if "continual" in plan.plots:
+            lines += continual_lines(results, setting, folder)
     return lines
 
 
-def forgetting_rows(
-    results: Results, setting: str, method: str, key: str = "loss_increase_mean"
+def mean_rows(
+    results: Results, setting: str, method: str, file: str, key: str
 ) -> list[tuple[float, float]]:
-    """``key`` of each round of ``forgetting.jsonl``, mean over the seeds."""
+    """``key`` of each round of the runs' ``file`` (a JSON-lines diagnostic), mean over the
+    seeds that wrote it."""
     per_round: dict[int, list[float]] = {}
     for seed in results.seeds:
         run = results.run(setting, method, seed)
-        path = run.path / "forgetting.jsonl" if run else None
+        path = run.path / file if run else None
         if path is None or not path.is_file():
             continue
         for r in read_jsonl(path):
-            if key in r:
+            if r.get(key) is not None:
                 per_round.setdefault(r["round"], []).append(r[key])
     return [(float(k), statistics.fmean(v)) for k, v in sorted(per_round.items())]
+
+
+def continual_lines(results: Results, setting: str, folder: Path) -> list[str]:
+    """A continual preset's per-task view: each method's accuracy matrix (mean over the
+    seeds) and its generators' Fréchet distance over the rounds, where recorded."""
+    lines = []
+    for method in results.plan.methods(setting):
+        runs = [r for s in results.seeds if (r := results.run(setting, method, s)) is not None]
+        matrices = [r.summary["accuracy_matrix"] for r in runs if r.summary.get("accuracy_matrix")]
+        if not matrices:
+            continue
+        tasks = len(matrices[0][0])
+        head = " | ".join(f"task {j + 1}" for j in range(tasks))
+        lines += [
+            f"{method}: accuracy on each task's classes after each task (mean over "
+            f"{len(matrices)} seed(s))",
+            "",
+            f"| after | {head} |",
+            "|---" * (tasks + 1) + "|",
+        ]
+        for t in range(len(matrices[0])):
+            cells = [statistics.fmean(m[t][j] for m in matrices) for j in range(tasks)]
+            lines.append(f"| task {t + 1} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+        lines.append("")
+    methods = results.plan.methods(setting)
+    fid = [(m, r) for m in methods if (r := mean_rows(results, setting, m, QUALITY, "fid"))]
+    if fid:
+        path = f"fid-{slug(setting)}.png"
+        plot_lines(
+            fid,
+            folder / path,
+            xlabel="round",
+            ylabel="Fréchet distance (lower is better)",
+            title=f"{setting}: the global generator",
+        )
+        lines += [
+            f"![generator quality, {setting}]({path})",
+            "",
+            "Fréchet distance between the global ACGAN's samples and the test images of the "
+            "classes seen so far, on the features of fedretain's own classifier "
+            "(`diagnostics=generator_quality`; lower is better), at each task's end, mean over "
+            "the seeds. Last values: "
+            + ", ".join(f"{m} {r[-1][1]:.1f} (round {r[-1][0]:.0f})" for m, r in fid)
+            + ".",
+            "",
+        ]
+    return lines
 
 
 def plot_lines(

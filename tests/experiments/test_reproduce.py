@@ -67,6 +67,27 @@ def test_every_preset_runs_at_ci_and_reports_every_claim(ci, name):
         assert (out / spec.folder / done).is_file()
 
 
+def test_fedcil_report_shows_each_methods_accuracy_matrix_and_generator_quality(ci):
+    out = ci("fedcil-table1")
+    if not FMNIST:
+        pytest.skip("Fashion-MNIST is not installed")
+    plan, _ = plan_of("fedcil-table1")
+    fedcil = next(s for s in plan.runs if s.method == "FedCIL")
+    matrix = json.loads((out / fedcil.folder / "summary.json").read_text())["accuracy_matrix"]
+    text = (out / "report.md").read_text()
+    table = text[text.index("FedCIL: accuracy on each task's classes after each task") :]
+    last = next(line for line in table.splitlines() if line.startswith("| task 5 |"))
+    assert last == "| task 5 | " + " | ".join(f"{a:.3f}" for a in matrix[-1]) + " |"
+    assert "fid-" not in text  # scale=ci records no generator quality
+    rows = [{"round": 0, "task": 0, "fid": 30.0}, {"round": 4, "task": 4, "fid": 12.0}]
+    quality = out / fedcil.folder / "generator_quality.jsonl"
+    quality.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = (ci("fedcil-table1") / "report.md").read_text()  # the report again, no run redone
+    assert "Last values: FedCIL 12.0 (round 4)." in text
+    image = re.search(r"\]\((fid-[^)]+\.png)\)", text)
+    assert image and (out / image.group(1)).is_file()
+
+
 def test_fedreg_report_relates_accuracy_swings_to_the_classes_each_round_held(ci):
     text = (ci("fedreg-table1") / "report.md").read_text().splitlines()
     title = "### one class, 5,000 clients: accuracy change against the classes"
@@ -97,6 +118,9 @@ def test_privacy_preset_fills_table4_from_each_seeds_study(ci):
 @pytest.mark.parametrize("scale", SCALES)
 def test_every_preset_gives_valid_configs_at_every_scale(scale):
     for name, entry in PRESETS.items():
+        if scale not in entry.meta["seeds"]:  # medium: only where a preset defines it
+            assert scale == "medium", name
+            continue
         paper = entry.meta["dataset"]
         plan = entry.factory(scale, [0, 1], Data(paper, "", paper))
         assert plan.runs and plan.claims, name
@@ -262,5 +286,18 @@ def test_list_and_bad_names(capsys, tmp_path):
     assert "did you mean 'fedreg-table1'" in err and "demo" in err and "tce-table1" in err
     assert main(["reproduce", "demo", "--out", str(tmp_path), "--scale", "huge"]) == 2
     assert "unknown scale 'huge'" in capsys.readouterr().err
+    assert main(["reproduce", "demo", "--out", str(tmp_path), "--scale", "medium"]) == 2
+    assert "preset demo has no scale 'medium'; it has: ci, small, paper" in capsys.readouterr().err
     assert main(["reproduce", "--out", str(tmp_path)]) == 2
     assert "--list" in capsys.readouterr().err
+
+
+def test_fedcil_medium_scale_runs_the_claims_three_methods_with_their_generators_measured():
+    plan = PRESETS.get("fedcil-table1").factory("medium", [0], Data("mnist", "", "mnist"))
+    assert plan.methods(plan.settings()[0]) == ["FedAvg", "FedAvg+ACGAN", "FedCIL"]
+    small = PRESETS.get("fedcil-table1").factory("small", [0], Data("mnist", "", "mnist"))
+    for spec in plan.runs:
+        cfg = load_config(None, as_args({**plan.base, **spec.overrides, "name": spec.method}))
+        assert cfg.rounds == 25 and cfg.local_steps == 80  # 4.4x small's local training
+        assert ("generator_quality" in cfg.diagnostics) == (spec.method != "FedAvg")
+    assert len(small.runs) == 7 and "scale=medium" in " ".join(plan.reasons)

@@ -15,7 +15,10 @@ Variants: ``loop`` (one nn.Module + torch.optim.SGD over the same mini-batch ord
 reference), ``sequential`` (fedretain's reference engine; ``engine`` is an alias), ``vmap-<K>``
 (the vectorised engine, K clients per vmapped call; ``vmap-0`` sizes chunks to memory;
 ``vmap-<K>-compiled`` with ``torch.compile``) and
-``flower`` (Flower's simulation engine, 2 workers x 1 CPU). Columns: median seconds of the
+``flower`` (Flower's simulation engine, 2 workers x 1 CPU); ``loop-cl`` is the loop with
+channels-last activations and weights; a suffix ``+jemalloc``, ``+jemalloc-tuned`` or
+``+tcmalloc`` runs a variant with that allocator under ``LD_PRELOAD`` (Debian packages
+``libjemalloc2``, ``libtcmalloc-minimal4``; see ``ALLOCATORS``). Columns: median seconds of the
 timed rounds (after one warm-up round), GFLOP/s (3 x analytic forward FLOPs / s), percent of
 the fp32 matmul peak measured at the start of the same invocation, speed-up over the first
 ``loop`` row, start-up seconds (set-up plus the warm-up round minus a median round: data,
@@ -140,7 +143,7 @@ def run_engine(
     return times
 
 
-def run_loop(model_name: str, rounds: int) -> list[float]:
+def run_loop(model_name: str, rounds: int, channels_last: bool = False) -> list[float]:
     t_setup = time.perf_counter()
     from fedretain.engines.schedule import batch_plan
     from fedretain.models import build_model
@@ -148,6 +151,9 @@ def run_loop(model_name: str, rounds: int) -> list[float]:
     x, y = make_data()
     torch.manual_seed(0)
     model = build_model(model_name, (1, 28, 28), 10, **MODELS[model_name])
+    if channels_last:  # NHWC activations and convolution weights
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     params = list(model.parameters())
     global_params = [p.detach().clone() for p in params]
@@ -211,11 +217,24 @@ def peak_matmul_gflops() -> float:
     return 2 * n**3 / statistics.median(ts) / 1e9
 
 
+LIB = "/usr/lib/x86_64-linux-gnu"
+ALLOCATORS = {  # variant suffix -> environment of the variant's process
+    "jemalloc": {"LD_PRELOAD": f"{LIB}/libjemalloc.so.2"},  # Debian libjemalloc2
+    "jemalloc-tuned": {  # the settings Intel's PyTorch CPU tuning guide gives
+        "LD_PRELOAD": f"{LIB}/libjemalloc.so.2",
+        "MALLOC_CONF": "oversize_threshold:1,background_thread:true,metadata_thp:auto,"
+        "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+    },
+    "tcmalloc": {"LD_PRELOAD": f"{LIB}/libtcmalloc_minimal.so.4"},  # libtcmalloc-minimal4
+}
+
+
 def one(model: str, variant: str, rounds: int, threads: int) -> dict:
     torch.set_num_threads(threads)
+    variant = variant.split("+")[0]  # an allocator suffix acts through the environment
     with TreeRss() as rss:
-        if variant == "loop":
-            times = run_loop(model, rounds)
+        if variant in ("loop", "loop-cl"):
+            times = run_loop(model, rounds, channels_last=variant == "loop-cl")
         elif variant in ("sequential", "engine"):
             times = run_engine(model, rounds)
         elif variant == "flower":
@@ -269,7 +288,15 @@ def main() -> None:
         for variant in args.variants.split(","):
             cmd = [sys.executable, __file__, "--model", model, "--variant", variant]
             cmd += ["--rounds", str(args.rounds), "--threads", str(args.threads)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            env = dict(os.environ)
+            alloc = variant.partition("+")[2]
+            if alloc:
+                extra = ALLOCATORS.get(alloc, {"LD_PRELOAD": "unknown"})
+                if not os.path.exists(extra["LD_PRELOAD"]):
+                    print(f"| {model} | {variant} | no {alloc} here | | | | | |", flush=True)
+                    continue
+                env.update(extra)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0 or "RESULT " not in proc.stdout:
                 why = (proc.stderr.strip().splitlines() or ["failed"])[-1]
                 print(f"| {model} | {variant} | {why} | | | | | |", flush=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh machine: a virtual environment with fedretain and its pinned dependencies,
-# and the Fashion-MNIST files (Debian package dataset-fashion-mnist) when they are missing.
+# the Fashion-MNIST files (Debian package dataset-fashion-mnist) when they are missing, and,
+# optionally, tcmalloc (libtcmalloc-minimal4), which scripts/main.sh preloads when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +31,13 @@ if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
         echo "note: $FMNIST is missing; install it with 'sudo apt-get install dataset-fashion-mnist'" \
              "(the tests that need it are skipped; the main job needs it)" >&2
     fi
+fi
+
+# tcmalloc: optional (scripts/main.sh runs without it), so a failed install is only a note
+if ! ls /usr/lib/*/libtcmalloc_minimal.so.4 >/dev/null 2>&1 \
+   && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "installing tcmalloc (Debian package libtcmalloc-minimal4: faster allocation for torch)"
+    { apt-get install -y -qq libtcmalloc-minimal4 >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq libtcmalloc-minimal4 >/dev/null; }; } \
+      || echo "note: libtcmalloc-minimal4 did not install; runs use glibc's allocator" >&2
 fi

@@ -63,7 +63,7 @@ def fedavg(
         server_init=step.init,
         client_init=no_client_state,
         broadcast=broadcast_model,
-        local_init=make_local_init(opt),
+        local_init=make_local_init(opt, penalty),
         local_step=rule.step,
         local_final=upload_model,
         aggregate=aggregate,

@@ -30,14 +30,15 @@ from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
-from fedretain.core.local import ClosedFormPenalty
+from fedretain.core.local import ClosedFormPenalty, Pull
 from fedretain.core.optim import Optimizer
 from fedretain.core.tree import Tree, leaves, tree_map, tree_weighted_mean, tree_zeros_like
 
 
 def dyn_penalty(alpha: float) -> ClosedFormPenalty:
     """``−⟨g_i, θ⟩ + α/2 ‖θ − x‖²`` with ``x`` the received global model; gradient
-    ``α (θ − x) − g_i``."""
+    ``α (θ − x) − g_i = α (θ − (x + g_i / α))``, a pull toward ``x + g_i / α`` (computed once
+    per client and round)."""
 
     def penalty(params: Tree, state: Tree) -> Tensor:
         terms = [
@@ -51,24 +52,14 @@ def dyn_penalty(alpha: float) -> ClosedFormPenalty:
         ]
         return torch.stack(terms).sum()
 
-    def gradient(params: Tree, state: Tree) -> Tree:
+    def anchor(state: Tree) -> Tree:
         return tree_map(
-            lambda p, x, g: alpha * (p - x) - g,
-            params,
+            lambda x, g: torch.add(x, g, alpha=1.0 / alpha),
             state["down"]["x"],
             state["client"]["g_i"],
         )
 
-    def add_gradient(grads: Tree, params: Tree, state: Tree) -> Tree:
-        return tree_map(
-            lambda d, p, x, g: torch.add(d, p - x, alpha=alpha).sub_(g),
-            grads,
-            params,
-            state["down"]["x"],
-            state["client"]["g_i"],
-        )
-
-    return ClosedFormPenalty(penalty, gradient, add_gradient)
+    return ClosedFormPenalty(penalty, pull=Pull(alpha, anchor))
 
 
 def feddyn(*, alpha: float = 0.01, opt: Optimizer | None = None) -> Algorithm:

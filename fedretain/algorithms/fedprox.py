@@ -16,13 +16,14 @@ from torch import Tensor
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm
-from fedretain.core.local import ClosedFormPenalty
+from fedretain.core.local import ClosedFormPenalty, Pull
 from fedretain.core.optim import Optimizer, ServerOptimizer
-from fedretain.core.tree import Tree, leaves, tree_map
+from fedretain.core.tree import Tree, leaves
 
 
 def prox_penalty(mu: float) -> ClosedFormPenalty:
-    """``μ/2 ‖params − x‖²`` with ``x`` the received global model; gradient ``μ (params − x)``."""
+    """``μ/2 ‖params − x‖²`` with ``x`` the received global model; gradient ``μ (params − x)``,
+    a pull toward ``x``."""
 
     def penalty(params: Tree, state: Tree) -> Tensor:
         terms = [
@@ -31,14 +32,7 @@ def prox_penalty(mu: float) -> ClosedFormPenalty:
         ]
         return 0.5 * mu * torch.stack(terms).sum()
 
-    def gradient(params: Tree, state: Tree) -> Tree:
-        return tree_map(lambda p, x: mu * (p - x), params, state["down"]["x"])
-
-    def add_gradient(grads: Tree, params: Tree, state: Tree) -> Tree:
-        x = state["down"]["x"]
-        return tree_map(lambda g, p, x: torch.add(g, p - x, alpha=mu), grads, params, x)
-
-    return ClosedFormPenalty(penalty, gradient, add_gradient)
+    return ClosedFormPenalty(penalty, pull=Pull(mu, lambda state: state["down"]["x"]))
 
 
 def fedprox(

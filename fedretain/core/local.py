@@ -25,6 +25,7 @@ from fedretain.core.task import Batch
 from fedretain.core.tree import Tree, leaves, tree_map
 
 Correct = Callable[[Tree, Tree], Tree]
+ANCHOR = "anchor"  # the step state's key of a Pull's anchor
 # gradient(state, batch, ctx) -> (grads, loss, new_buffers, state): the task loss's gradient
 # in state["params"] (in place of autograd's), the loss to report, the buffers after the
 # forward pass, and the step state carrying what the hook keeps (a noise generator's state)
@@ -32,19 +33,71 @@ Gradient = Callable[[Tree, Batch, ClientContext], tuple[Tree, Tensor, Tree, Tree
 
 
 @dataclass(frozen=True)
+class Pull:
+    """A quadratic pull toward an anchor: gradient ``coef * (params − anchor)``.
+
+    ``anchor(state)`` is computed once per client and round by :func:`make_local_init` from the
+    step state (FedProx: the global model ``x``; FedDyn: ``x + g_i / α``) and kept under
+    ``state["anchor"]``. With plain SGD the local step folds the pull into the update,
+    ``lerp(p, anchor, lr * coef) − lr * g``: two tensor operations per leaf where adding the
+    gradient and stepping take three or four.
+    """
+
+    coef: float
+    anchor: Callable[[Tree], Tree]
+
+    def anchor_of(self, state: Tree) -> Tree:
+        """The anchor kept in ``state`` (computed here if a step state was built without it)."""
+        return state[ANCHOR] if ANCHOR in state else self.anchor(state)
+
+    def grad(self, params: Tree, state: Tree) -> Tree:
+        """``coef * (params − anchor)``."""
+        return tree_map(lambda p, c: self.coef * (p - c), params, self.anchor_of(state))
+
+    def add_grad(self, grads: Tree, params: Tree, state: Tree) -> Tree:
+        """``grads + coef * (params − anchor)``."""
+        return tree_map(
+            lambda g, p, c: torch.add(g, p - c, alpha=self.coef),
+            grads,
+            params,
+            self.anchor_of(state),
+        )
+
+    def sgd(self, state: Tree, grads: Tree) -> Tree:
+        """The parameters after plain SGD on ``grads`` plus the pull:
+        ``p − lr (g + coef (p − c)) = lerp(p, c, lr coef) − lr g``."""
+        lr = state["lr"]
+        w = lr * self.coef
+        return tree_map(
+            # out of place: vmap has no batching rule for addcmul_
+            lambda p, c, g: torch.addcmul(torch.lerp(p, c, w), g, lr, value=-1.0),
+            state["params"],
+            self.anchor_of(state),
+            grads,
+        )
+
+
+@dataclass(frozen=True)
 class ClosedFormPenalty:
     """A penalty term with its gradient in closed form.
 
     ``value(params, state)`` is the scalar term; ``grad(params, state)`` its gradient in
-    ``params`` (a tree like ``params``; None: autograd through ``value``); ``add_grad(grads,
-    params, state)``, optional, is ``grads + grad(params, state)`` in fewer tensor operations
-    (the local step's hot path uses it). Calling the object gives the value, so it can stand
-    wherever a plain penalty callable is expected.
+    ``params`` (a tree like ``params``; None: autograd through ``value``, unless ``pull`` gives
+    it); ``add_grad(grads, params, state)``, optional, is ``grads + grad(params, state)`` in
+    fewer tensor operations (the local step's hot path uses it); ``pull``, optional, says the
+    gradient is a :class:`Pull`'s (then ``grad`` and ``add_grad`` follow from it). Calling the
+    object gives the value, so it can stand wherever a plain penalty callable is expected.
     """
 
     value: Callable[[Tree, Tree], Tensor]
     grad: Callable[[Tree, Tree], Tree] | None = None
     add_grad: Callable[[Tree, Tree, Tree], Tree] | None = None
+    pull: Pull | None = None
+
+    def __post_init__(self) -> None:
+        if self.pull is not None and self.grad is None:
+            object.__setattr__(self, "grad", self.pull.grad)
+            object.__setattr__(self, "add_grad", self.pull.add_grad)
 
     def added(self, grads: Tree, params: Tree, state: Tree) -> Tree:
         """``grads`` plus the penalty's gradient (``add_grad`` when given)."""
@@ -78,13 +131,15 @@ class LocalRule:
     step: LocalStepFn
 
 
-def make_local_init(opt: Optimizer) -> LocalInitFn:
-    """Start local training from the received global model ``down["x"]``."""
+def make_local_init(opt: Optimizer, penalty: Penalty | None = None) -> LocalInitFn:
+    """Start local training from the received global model ``down["x"]`` (with the anchor of
+    ``penalty``'s :class:`Pull`, if it has one, under ``state["anchor"]``)."""
+    pull = getattr(penalty, "pull", None)
 
     def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
         x = down["x"]
         dev = leaves(x)[0].device  # on the model's device: vmap stacks it with the params
-        return {
+        state = {
             "params": x,
             "buffers": down["buffers"],
             "opt": opt.init(x),
@@ -93,6 +148,7 @@ def make_local_init(opt: Optimizer) -> LocalInitFn:
             "lr": torch.tensor(ctx.info.lr, dtype=torch.float32, device=dev),
             "lr_sum": torch.zeros((), dtype=torch.float32, device=dev),
         }
+        return state if pull is None else {**state, ANCHOR: pull.anchor(state)}
 
     return local_init
 
@@ -115,6 +171,8 @@ def make_local_step(
     """
     closed = getattr(penalty, "grad", None)
     autograd_penalty = None if closed is not None else penalty
+    pull = getattr(penalty, "pull", None)
+    fold = pull if pull is not None and correct is None and opt.is_plain_sgd else None
 
     def local_step(state: Tree, batch: Batch, ctx: ClientContext) -> tuple[Tree, dict]:
         def objective(p: Tree) -> tuple[Tensor, tuple[Tensor, Tree]]:
@@ -129,6 +187,8 @@ def make_local_step(
             if autograd_penalty is not None:
                 extra = penalty_grad(ctx, autograd_penalty, state)
                 grads = tree_map(torch.add, grads, extra)
+        if fold is not None:  # plain SGD with the pull folded into its update
+            return advance(opt, state, grads, new_buffers, fold.sgd(state, grads)), {"loss": loss}
         if closed is not None:
             grads = penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
         if correct is not None:
@@ -147,9 +207,16 @@ def penalty_grad(ctx: ClientContext, penalty: Penalty, state: Tree) -> Tree:
     return ctx.task.grad_and_aux(value, state["params"])[0]
 
 
-def advance(opt: Optimizer, state: Tree, direction: Tree, buffers: Tree) -> Tree:
-    """The step state after one optimiser step along ``direction`` (adds lr to ``lr_sum``)."""
-    params, opt_state = opt.update(direction, state["opt"], state["params"], state["lr"])
+def advance(
+    opt: Optimizer, state: Tree, direction: Tree, buffers: Tree, params: Tree | None = None
+) -> Tree:
+    """The step state after one optimiser step along ``direction`` (adds lr to ``lr_sum``);
+    ``params``, if given, are the step's result already (a stateless optimiser's, computed
+    by the caller)."""
+    if params is None:
+        params, opt_state = opt.update(direction, state["opt"], state["params"], state["lr"])
+    else:
+        opt_state = state["opt"]
     return {
         **state,
         "params": params,
@@ -166,6 +233,7 @@ __all__ = [
     "Gradient",
     "LocalRule",
     "Penalty",
+    "Pull",
     "advance",
     "make_local_init",
     "make_local_step",

@@ -1,5 +1,6 @@
 """Closed-form penalty gradients (FedProx, FedDyn, FedCurv) equal autograd through the penalty."""
 
+import warnings
 from dataclasses import replace
 
 import pytest
@@ -23,7 +24,7 @@ PENALTIES = {
 }
 
 
-def _setup(functional):
+def _setup(functional, penalty=None):
     torch.manual_seed(0)
     task = Task(build_model("mlp", (6,), 4, hidden=[5]), ce, 4, functional=functional)
     params, buffers = task.init()
@@ -50,7 +51,7 @@ def _setup(functional):
     info = RoundInfo(round=0, num_clients=2, clients=(0,), lr=0.1, seed=0)
     ctx = ClientContext(task=task, info=info, client_id=0, num_samples=6, data=data)
     opt = sgd()
-    state = make_local_init(opt)(down, client, ctx)
+    state = make_local_init(opt, penalty)(down, client, ctx)
     state = {**state, "A": down["U"], "B": down["V"]}  # FedCurv's other clients' sums
     # start away from the global model: the proximal terms are not zero
     state = {**state, "params": tree_map(lambda p: p + rand_like(p, 0.2), params)}
@@ -62,7 +63,7 @@ def _setup(functional):
 def test_closed_form_step_equals_the_autograd_step(name, functional):
     penalty = PENALTIES[name]()
     assert isinstance(penalty, ClosedFormPenalty) and penalty.grad is not None
-    opt, state, data, ctx = _setup(functional)
+    opt, state, data, ctx = _setup(functional, penalty)
     closed = make_local_step(opt, penalty)
     auto = make_local_step(opt, penalty.value)  # a plain callable: autograd through it
     s_closed, s_auto = state, state
@@ -80,7 +81,7 @@ def test_closed_form_step_equals_the_autograd_step(name, functional):
 @pytest.mark.parametrize("name", list(PENALTIES))
 def test_closed_form_gradient_equals_autograd_of_the_value(name):
     penalty = PENALTIES[name]()
-    _, state, _, _ = _setup(False)
+    _, state, _, _ = _setup(False, penalty)
     leaves_ = {k: v.detach().clone().requires_grad_(True) for k, v in state["params"].items()}
     grads = torch.autograd.grad(penalty.value(leaves_, state), list(leaves_.values()))
     closed = penalty.grad(state["params"], state)
@@ -105,13 +106,18 @@ def test_a_closed_form_penalty_without_grad_uses_autograd():
         torch.testing.assert_close(a["params"][k], b["params"][k], rtol=0, atol=0)
 
 
-def test_closed_form_step_under_vmap_over_clients():
-    opt, state, data, ctx = _setup(True)
+@pytest.mark.parametrize("name", ["fedprox", "feddyn"])
+def test_closed_form_step_under_vmap_over_clients(name):
+    penalty = PENALTIES[name]()
+    opt, state, data, ctx = _setup(True, penalty)
     ctx = replace(ctx, task=replace(ctx.task, functional=True))
-    penalty = dyn_penalty(0.2)
     stacked = tree_map(lambda t: torch.stack([t, t + 0.01]), state)
+    # each client's anchor from its own (shifted) global model and client state
+    stacked = {**stacked, "anchor": torch.func.vmap(penalty.pull.anchor)(stacked)}
     step = make_local_step(opt, penalty)
-    together, _ = torch.func.vmap(lambda s: step(s, data, ctx))(stacked)
+    with warnings.catch_warnings():  # no op of the step may fall back to a per-client loop
+        warnings.filterwarnings("error", message=".*batching rule.*")
+        together, _ = torch.func.vmap(lambda s: step(s, data, ctx))(stacked)
     for c in range(2):
         alone, _ = make_local_step(opt, penalty.value)(
             tree_map(lambda t, c=c: t[c], stacked), data, ctx
@@ -126,10 +132,30 @@ def test_closed_form_step_under_vmap_over_clients():
 def test_the_fused_add_equals_grads_plus_the_closed_form(name):
     """``add_grad(g, p, s)`` (the step's hot path) is ``g + grad(p, s)``."""
     penalty = PENALTIES[name]()
-    _, state, _, _ = _setup(False)
+    _, state, _, _ = _setup(False, penalty)
     params = state["params"]
     g = {k: torch.randn_like(v) for k, v in params.items()}
     fused = penalty.add_grad(g, params, state)
     plain = penalty.grad(params, state)
     for k in g:
         torch.testing.assert_close(fused[k], g[k] + plain[k], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fedprox", "feddyn"])
+def test_a_pull_folded_into_sgd_equals_adding_its_gradient_then_stepping(name):
+    """Plain SGD takes a :class:`Pull` inside its update (``lerp(p, c, lr coef) − lr g``); the
+    same step with the gradient added first, then SGD, gives the same parameters; with momentum
+    (no folding) the pull's gradient is added as before."""
+    penalty = PENALTIES[name]()
+    assert penalty.pull is not None
+    unfolded = ClosedFormPenalty(penalty.value, penalty.grad, penalty.add_grad)  # no pull
+    for opt in (sgd(), sgd(momentum=0.9)):
+        _, state, data, ctx = _setup(False, penalty)
+        state = {**state, "opt": opt.init(state["params"])}
+        a, b = state, state
+        for _ in range(3):
+            a, _ = make_local_step(opt, penalty)(a, data, ctx)
+            b, _ = make_local_step(opt, unfolded)(b, data, ctx)
+        for k in state["params"]:
+            torch.testing.assert_close(a["params"][k], b["params"][k], rtol=1e-6, atol=1e-7)
+            assert not torch.equal(a["params"][k], state["params"][k])

@@ -283,6 +283,17 @@ def algorithm_of(job: Job) -> str:
     return next((a.split("=", 1)[1] for a in reversed(job.args) if a.startswith("algorithm=")), "")
 
 
+def preset_names(names: list[str], scale: str) -> list[str]:
+    """``names`` without repeats; ``["all"]``: every preset that has ``scale`` (``medium``:
+    only some). An unknown name stops with one line naming the choices."""
+    if names == ["all"]:
+        return [n for n, entry in PRESETS.items() if scale in entry.meta["seeds"]]
+    names = list(dict.fromkeys(names))
+    for name in names:
+        PRESETS.get(name)
+    return names
+
+
 def reproduce(
     names: list[str],
     out: str | Path,
@@ -301,9 +312,7 @@ def reproduce(
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
-    names = list(PRESETS) if names == ["all"] else list(dict.fromkeys(names))
-    for name in names:
-        PRESETS.get(name)  # an unknown name: one line naming the choices
+    names = preset_names(names, scale)
     out = Path(out)
     several = len(names) > 1
     data_dirs, extra = list(data_dirs or []), list(extra or [])
@@ -782,22 +791,17 @@ def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
                 if ref:  # diagnostics.reference: its local models from the same global models
                     series.append((f"{method}'s reference, same global models", ref))
             if series:
-                path = f"forgetting-{slug(setting)}.png"
-                plot_lines(
+                lines += figure(
                     series,
-                    folder / path,
+                    folder / f"forgetting-{slug(setting)}.png",
+                    f"forgetting, {setting}",
+                    "Forgetting: loss(t) - loss(t-1) on the previous round's clients' data, "
+                    "averaged over this round's local models (FedReg App. B.1; "
+                    "`diagnostics=forgetting`); mean over the seeds.",
                     xlabel="round t",
                     ylabel="loss increase on the clients of round t-1",
                     title=f"{setting}: forgetting (lower is better)",
                 )
-                lines += [
-                    f"![forgetting, {setting}]({path})",
-                    "",
-                    "Forgetting: loss(t) - loss(t-1) on the previous round's clients' data, "
-                    "averaged over this round's local models (FedReg App. B.1; "
-                    "`diagnostics=forgetting`); mean over the seeds.",
-                    "",
-                ]
         if "continual" in plan.plots:
             lines += continual_lines(results, setting, folder)
     return lines
@@ -845,26 +849,34 @@ def continual_lines(results: Results, setting: str, folder: Path) -> list[str]:
     methods = results.plan.methods(setting)
     fid = [(m, r) for m in methods if (r := mean_rows(results, setting, m, QUALITY, "fid"))]
     if fid:
-        path = f"fid-{slug(setting)}.png"
-        plot_lines(
+        lines += figure(
             fid,
-            folder / path,
-            xlabel="round",
-            ylabel="Fréchet distance (lower is better)",
-            title=f"{setting}: the global generator",
-        )
-        lines += [
-            f"![generator quality, {setting}]({path})",
-            "",
+            folder / f"fid-{slug(setting)}.png",
+            f"generator quality, {setting}",
             "Fréchet distance between the global ACGAN's samples and the test images of the "
             "classes seen so far, on the features of fedretain's own classifier "
             "(`diagnostics=generator_quality`; lower is better), at each task's end, mean over "
             "the seeds. Last values: "
             + ", ".join(f"{m} {r[-1][1]:.1f} (round {r[-1][0]:.0f})" for m, r in fid)
             + ".",
-            "",
-        ]
+            xlabel="round",
+            ylabel="Fréchet distance (lower is better)",
+            title=f"{setting}: the global generator",
+        )
     return lines
+
+
+def figure(
+    series: list[tuple[str, list[tuple[float, float]]]],
+    path: Path,
+    alt: str,
+    caption: str,
+    **plot: Any,
+) -> list[str]:
+    """:func:`plot_lines` into ``path``, and the report's lines that show it (the image, its
+    caption)."""
+    plot_lines(series, path, **plot)
+    return [f"![{alt}]({path.name})", "", caption, ""]
 
 
 def plot_lines(

@@ -10,7 +10,7 @@ from fedretain.algorithms.fedcurv import curvature_penalty
 from fedretain.algorithms.feddyn import dyn_penalty
 from fedretain.algorithms.fedprox import prox_penalty
 from fedretain.core.algorithm import ClientContext, RoundInfo
-from fedretain.core.local import ClosedFormPenalty, make_local_init, make_local_step
+from fedretain.core.local import ClosedFormPenalty, Pull, make_local_init, make_local_step
 from fedretain.core.optim import sgd
 from fedretain.core.task import Task
 from fedretain.core.tree import tree_map
@@ -159,3 +159,23 @@ def test_a_pull_folded_into_sgd_equals_adding_its_gradient_then_stepping(name):
         for k in state["params"]:
             torch.testing.assert_close(a["params"][k], b["params"][k], rtol=1e-6, atol=1e-7)
             assert not torch.equal(a["params"][k], state["params"][k])
+
+
+def test_plain_sgd_takes_the_pull_and_momentum_or_a_correction_do_not():
+    penalty = PENALTIES["fedprox"]()
+    calls = []
+
+    class Spy(Pull):
+        def sgd(self, state, grads):
+            calls.append(1)
+            return super().sgd(state, grads)
+
+    spied = replace(penalty, pull=Spy(penalty.pull.coef, penalty.pull.anchor))
+    _, state, data, ctx = _setup(False, spied)
+    make_local_step(sgd(), spied)(state, data, ctx)
+    assert calls == [1]
+    momentum = sgd(momentum=0.9)
+    with_buffer = {**state, "opt": momentum.init(state["params"])}
+    make_local_step(momentum, spied)(with_buffer, data, ctx)
+    make_local_step(sgd(), spied, correct=lambda g, s: g)(state, data, ctx)
+    assert calls == [1]

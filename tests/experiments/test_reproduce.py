@@ -14,7 +14,7 @@ from fedretain.cli import main
 from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES, Data, Values
 from fedretain.experiments.privacy import table_rows
-from fedretain.experiments.reproduce import as_args, reproduce, resolve_data
+from fedretain.experiments.reproduce import as_args, preset_names, reproduce, resolve_data
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
 from fedretain.recipe.config import load_config
@@ -290,6 +290,14 @@ def test_list_and_bad_names(capsys, tmp_path):
     assert "preset demo has no scale 'medium'; it has: ci, small, paper" in capsys.readouterr().err
     assert main(["reproduce", "--out", str(tmp_path)]) == 2
     assert "--list" in capsys.readouterr().err
+
+
+def test_all_means_every_preset_that_has_the_scale():
+    assert preset_names(["all"], "small") == list(PRESETS)
+    assert preset_names(["all"], "medium") == ["fedcil-table1"]
+    assert preset_names(["demo", "demo", "tce-table1"], "ci") == ["demo", "tce-table1"]
+    with pytest.raises(ConfigError, match="unknown preset 'nope'"):
+        preset_names(["nope"], "small")
 
 
 def test_fedcil_medium_scale_runs_the_claims_three_methods_with_their_generators_measured():

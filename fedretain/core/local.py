@@ -4,11 +4,13 @@ Most algorithms are FedAvg plus a term added to the local loss (``penalty(params
 FedProx, FedCurv, FedDyn) or a change to the gradient (``correct(grads, state)``: SCAFFOLD,
 GradMA-W). A penalty is a plain callable (differentiated by autograd together with the task
 loss) or a :class:`ClosedFormPenalty`, whose gradient is given in closed form and added leafwise
-to the task loss's gradient, with no autograd through the penalty. The step state built by
-:func:`local_init` keeps the received downlink under ``"down"`` and the client's persistent
-state under ``"client"``, so hooks read what they need (``state["down"]["x"]``,
-``state["client"]["c_i"]``) without extra plumbing. A ``gradient`` hook replaces the task
-loss's autograd gradient (DP-SGD's clipped, noised per-example gradients).
+to the task loss's gradient, with no autograd through the penalty; one whose gradient is a
+:class:`Pull` toward an anchor (FedProx, FedDyn) is folded into plain SGD's update. The step
+state built by :func:`local_init` keeps the received downlink under ``"down"`` and the
+client's persistent state under ``"client"``, so hooks read what they need
+(``state["down"]["x"]``, ``state["client"]["c_i"]``) without extra plumbing. A ``gradient``
+hook replaces the task loss's autograd gradient (DP-SGD's clipped, noised per-example
+gradients).
 """
 
 from __future__ import annotations

@@ -855,7 +855,7 @@ def continual_lines(results: Results, setting: str, folder: Path) -> list[str]:
             f"generator quality, {setting}",
             "Fréchet distance between the global ACGAN's samples and the test images of the "
             "classes seen so far, on the features of fedretain's own classifier "
-            "(`diagnostics=generator_quality`; lower is better), at each task's end, mean over "
+            "(`diagnostics=generator_quality`; lower is better), over the rounds, mean over "
             "the seeds. Last values: "
             + ", ".join(f"{m} {r[-1][1]:.1f} (round {r[-1][0]:.0f})" for m, r in fid)
             + ".",

@@ -10,7 +10,7 @@ from fedretain.algorithms.fedcurv import curvature_penalty
 from fedretain.algorithms.feddyn import dyn_penalty
 from fedretain.algorithms.fedprox import prox_penalty
 from fedretain.core.algorithm import ClientContext, RoundInfo
-from fedretain.core.local import ClosedFormPenalty, Pull, make_local_init, make_local_step
+from fedretain.core.local import ANCHOR, ClosedFormPenalty, Pull, make_local_init, make_local_step
 from fedretain.core.optim import sgd
 from fedretain.core.task import Task
 from fedretain.core.tree import tree_map
@@ -113,7 +113,7 @@ def test_closed_form_step_under_vmap_over_clients(name):
     ctx = replace(ctx, task=replace(ctx.task, functional=True))
     stacked = tree_map(lambda t: torch.stack([t, t + 0.01]), state)
     # each client's anchor from its own (shifted) global model and client state
-    stacked = {**stacked, "anchor": torch.func.vmap(penalty.pull.anchor)(stacked)}
+    stacked = {**stacked, ANCHOR: torch.func.vmap(penalty.pull.anchor)(stacked)}
     step = make_local_step(opt, penalty)
     with warnings.catch_warnings():  # no op of the step may fall back to a per-client loop
         warnings.filterwarnings("error", message=".*batching rule.*")

@@ -291,11 +291,10 @@ def main() -> None:
             env = dict(os.environ)
             alloc = variant.partition("+")[2]
             if alloc:
-                extra = ALLOCATORS.get(alloc, {"LD_PRELOAD": "unknown"})
-                if not os.path.exists(extra["LD_PRELOAD"]):
+                if alloc not in ALLOCATORS or not os.path.exists(ALLOCATORS[alloc]["LD_PRELOAD"]):
                     print(f"| {model} | {variant} | no {alloc} here | | | | | |", flush=True)
                     continue
-                env.update(extra)
+                env.update(ALLOCATORS[alloc])
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if proc.returncode != 0 or "RESULT " not in proc.stdout:
                 why = (proc.stderr.strip().splitlines() or ["failed"])[-1]

@@ -162,9 +162,6 @@ def plan_section(
 ) -> Section:
     entry = PRESETS.get(name)
     data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs)
-    if scale not in entry.meta["seeds"]:
-        have = ", ".join(entry.meta["seeds"])
-        raise ConfigError(f"preset {name} has no scale '{scale}'; it has: {have}")
     n = seeds or entry.meta["seeds"][scale]
     plan = entry.factory(scale, list(range(n)), data)
     jobs = []
@@ -285,12 +282,14 @@ def algorithm_of(job: Job) -> str:
 
 def preset_names(names: list[str], scale: str) -> list[str]:
     """``names`` without repeats; ``["all"]``: every preset that has ``scale`` (``medium``:
-    only some). An unknown name stops with one line naming the choices."""
+    only some). An unknown name, or a named preset without ``scale``, stops with one line."""
     if names == ["all"]:
         return [n for n, entry in PRESETS.items() if scale in entry.meta["seeds"]]
     names = list(dict.fromkeys(names))
     for name in names:
-        PRESETS.get(name)
+        have = PRESETS.get(name).meta["seeds"]  # an unknown name: one line naming the choices
+        if scale not in have:
+            raise ConfigError(f"preset {name} has no scale '{scale}'; it has: {', '.join(have)}")
     return names
 
 
@@ -828,7 +827,8 @@ def continual_lines(results: Results, setting: str, folder: Path) -> list[str]:
     """A continual preset's per-task view: each method's accuracy matrix (mean over the
     seeds) and its generators' Fréchet distance over the rounds, where recorded."""
     lines = []
-    for method in results.plan.methods(setting):
+    methods = results.plan.methods(setting)
+    for method in methods:
         runs = [r for s in results.seeds if (r := results.run(setting, method, s)) is not None]
         matrices = [r.summary["accuracy_matrix"] for r in runs if r.summary.get("accuracy_matrix")]
         if not matrices:
@@ -846,7 +846,6 @@ def continual_lines(results: Results, setting: str, folder: Path) -> list[str]:
             cells = [statistics.fmean(m[t][j] for m in matrices) for j in range(tasks)]
             lines.append(f"| task {t + 1} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
         lines.append("")
-    methods = results.plan.methods(setting)
     fid = [(m, r) for m in methods if (r := mean_rows(results, setting, m, QUALITY, "fid"))]
     if fid:
         lines += figure(

@@ -298,6 +298,8 @@ def test_all_means_every_preset_that_has_the_scale():
     assert preset_names(["demo", "demo", "tce-table1"], "ci") == ["demo", "tce-table1"]
     with pytest.raises(ConfigError, match="unknown preset 'nope'"):
         preset_names(["nope"], "small")
+    with pytest.raises(ConfigError, match="preset demo has no scale 'medium'; it has: ci, small"):
+        preset_names(["demo"], "medium")
 
 
 def test_fedcil_medium_scale_runs_the_claims_three_methods_with_their_generators_measured():

@@ -15,7 +15,11 @@ Variants: ``loop`` (one nn.Module + torch.optim.SGD over the same mini-batch ord
 reference), ``sequential`` (fedretain's reference engine; ``engine`` is an alias), ``vmap-<K>``
 (the vectorised engine, K clients per vmapped call; ``vmap-0`` sizes chunks to memory;
 ``vmap-<K>-compiled`` with ``torch.compile``) and
-``flower`` (Flower's simulation engine, 2 workers x 1 CPU); ``loop-cl`` is the loop with
+``flower`` (Flower's simulation engine, 2 workers x 1 CPU), ``pfl`` (pfl-research 0.6.0's
+simulator, PyTorch backend, one process, the same plain-torch model, run with ``--pfl-python``:
+default ``$PFL_PYTHON``, else ``pflenv/bin/python``, an environment made with ``python -m venv
+pflenv && pflenv/bin/pip install torch==2.13.0 'pfl[pytorch]==0.6.0'``; pfl iterates each
+client's data in order, without the loop's shuffled batch plans); ``loop-cl`` is the loop with
 channels-last activations and weights; a suffix ``+jemalloc``, ``+jemalloc-tuned`` or
 ``+tcmalloc`` runs a variant with that allocator under ``LD_PRELOAD`` (Debian packages
 ``libjemalloc2``, ``libtcmalloc-minimal4``; see ``ALLOCATORS``). Columns: median seconds of the
@@ -29,6 +33,7 @@ between runs (up to 2.7x): compare rows within one invocation only. Results: RES
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -45,6 +50,7 @@ import torch.nn.functional as F
 CLIENTS, SAMPLES, EPOCHS, BATCH, LR = 100, 60, 5, 10, 0.05
 MODELS = {"cnn-fedavg": {}, "mlp": {"hidden": [200, 200, 200]}}
 DEFAULT_VARIANTS = "loop,sequential,vmap-10,vmap-25,vmap-10-compiled,vmap-25-compiled,flower"
+PFL_PYTHON = os.environ.get("PFL_PYTHON", "pflenv/bin/python")
 
 
 def flops_per_round(model: str) -> float:
@@ -179,6 +185,93 @@ def run_loop(model_name: str, rounds: int, channels_last: bool = False) -> list[
     return times
 
 
+def plain_model(model_name: str) -> torch.nn.Module:
+    """The zoo model as plain torch layers (for pfl), same shapes and initialisation order."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    if model_name == "cnn-fedavg":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5), nn.ReLU(),
+            nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1024, 512), nn.ReLU(), nn.Linear(512, 10),
+        )  # fmt: skip
+    widths = [784, *MODELS[model_name]["hidden"], 10]
+    layers: list[nn.Module] = [nn.Flatten()]
+    for i, (a, b) in enumerate(itertools.pairwise(widths)):
+        layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+def run_pfl(model_name: str, rounds: int) -> list[float]:
+    """The round in pfl-research's simulator: every client every round, FedAvg (central SGD
+    with lr 1 on the averaged update), local SGD as in the loop."""
+    t_setup = time.perf_counter()
+    from pfl.aggregate.simulate import SimulatedBackend
+    from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
+    from pfl.callback.base import TrainingProcessCallback
+    from pfl.data.dataset import Dataset
+    from pfl.data.federated_dataset import FederatedDataset
+    from pfl.data.sampling import get_user_sampler
+    from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
+    from pfl.metrics import Metrics
+    from pfl.model.pytorch import PyTorchModel
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = plain_model(model_name)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
+
+        def loss(self, x: torch.Tensor, y: torch.Tensor, eval: bool = False) -> torch.Tensor:
+            return F.cross_entropy(self(x), y)
+
+        def metrics(self, x: torch.Tensor, y: torch.Tensor, eval: bool = False) -> dict:
+            return {}
+
+    class Timer(TrainingProcessCallback):
+        def __init__(self) -> None:
+            self.stamps: list[float] = []
+
+        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+            self.stamps.append(time.perf_counter())
+            return False, Metrics()
+
+    x, y = make_data()
+    data = {
+        c: [x[c * SAMPLES : (c + 1) * SAMPLES], y[c * SAMPLES : (c + 1) * SAMPLES]]
+        for c in range(CLIENTS)
+    }
+    fed = FederatedDataset(
+        lambda c: Dataset(data[c], user_id=c),
+        get_user_sampler("minimize_reuse", list(range(CLIENTS))),
+    )
+    net = Net()
+    model = PyTorchModel(
+        net,
+        local_optimizer_create=torch.optim.SGD,
+        central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0),
+    )
+    timer = Timer()
+    FederatedAveraging().run(
+        algorithm_params=NNAlgorithmParams(
+            central_num_iterations=rounds + 1,
+            evaluation_frequency=10**9,
+            train_cohort_size=CLIENTS,
+            val_cohort_size=None,
+        ),
+        backend=SimulatedBackend(training_data=fed, val_data=fed),
+        model=model,
+        model_train_params=NNTrainHyperParams(
+            local_learning_rate=LR, local_num_epochs=EPOCHS, local_batch_size=BATCH
+        ),
+        model_eval_params=NNEvalHyperParams(local_batch_size=BATCH),
+        callbacks=[timer],
+    )
+    return [timer.stamps[0] - t_setup, *np.diff(timer.stamps).tolist()]
+
+
 def run_flower(model_name: str, rounds: int) -> tuple[list[float], float, float]:
     """The same round shape on Flower's simulation engine (2 workers x 1 CPU): Fashion-MNIST,
     100 clients of 60 samples (``partition=fixed``), every client in every round. Returns the
@@ -239,11 +332,15 @@ def one(model: str, variant: str, rounds: int, threads: int) -> dict:
             times = run_engine(model, rounds)
         elif variant == "flower":
             times, flower_startup, flower_rss = run_flower(model, rounds)
+        elif variant == "pfl":
+            times = run_pfl(model, rounds)
         elif variant.startswith("vmap-"):
             compiled = variant.endswith("-compiled")
             times = run_engine(model, rounds, int(variant.split("-")[1]), compiled)
         else:
-            raise SystemExit(f"unknown variant {variant!r}: loop, sequential, vmap-<K>, flower")
+            raise SystemExit(
+                f"unknown variant {variant!r}: loop, sequential, vmap-<K>, flower, pfl"
+            )
     med = statistics.median(times[1:])
     startup = times[0] - med
     if variant == "flower":  # Ray and the virtual nodes start before the first round
@@ -267,6 +364,7 @@ def main() -> None:
     ap.add_argument("--variants", default=DEFAULT_VARIANTS, help="comma-separated, for the table")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds after one warm-up")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--pfl-python", default=PFL_PYTHON, help="python with pfl-research 0.6.0")
     args = ap.parse_args()
     if args.model and args.variant:
         print("RESULT " + json.dumps(one(args.model, args.variant, args.rounds, args.threads)))
@@ -286,7 +384,8 @@ def main() -> None:
     for model in [args.model] if args.model else list(MODELS):
         loop_s = None
         for variant in args.variants.split(","):
-            cmd = [sys.executable, __file__, "--model", model, "--variant", variant]
+            python = args.pfl_python if variant.split("+")[0] == "pfl" else sys.executable
+            cmd = [python, __file__, "--model", model, "--variant", variant]
             cmd += ["--rounds", str(args.rounds), "--threads", str(args.threads)]
             env = dict(os.environ)
             alloc = variant.partition("+")[2]

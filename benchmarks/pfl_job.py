@@ -31,6 +31,8 @@ Variants:
 - ``vmap-10-compiled``: the same with ``engine.compile=true`` (``torch.compile``), chunk 10.
 - ``auto``: fedretain's default engine (``engine=auto``), given the job's 1,500 rounds so that
   it makes the choice it would make for the whole job (printed in the ``engine`` column).
+- a suffix ``-bf16`` on any of these (``sequential-bf16``, ``auto-bf16``): the same with
+  ``precision=bf16`` (local training under bfloat16 autocast; pfl and Flower stay float32).
 - ``flower``: Flower 1.41's simulation engine (``flwr.simulation.run_simulation``, Ray
   backend, 2 CPUs, 1 CPU and 1 torch thread per ClientApp, ``FedAvg`` of
   ``flwr.serverapp.strategy``), 1,000 supernodes.
@@ -212,6 +214,8 @@ def run_fedretain(variant: str, a: argparse.Namespace) -> tuple[list[float], str
         "device": a.device,
         "seed": 0,
     }
+    if variant.endswith("-bf16"):  # local training under bfloat16 autocast
+        variant, values["precision"] = variant.removesuffix("-bf16"), "bf16"
     if variant.startswith("vmap-"):
         values["engine"] = "vmap"
         values["engine.chunk"] = int(variant.split("-")[1])
@@ -235,7 +239,7 @@ def run_fedretain(variant: str, a: argparse.Namespace) -> tuple[list[float], str
         name += f" chunk={values['engine.chunk']}" + (
             " compiled" if values["engine.compile"] else ""
         )
-    return times, name
+    return times, name + (" bf16" if "precision" in values else "")
 
 
 # --------------------------------------------------------------------------- Flower
@@ -427,7 +431,9 @@ def one(a: argparse.Namespace) -> dict:
             times, engine = run_flower(a)
         elif a.variant == "pfl":
             times, engine = run_pfl(a)
-        elif a.variant in ("sequential", "auto") or a.variant.startswith("vmap-"):
+        elif a.variant.removesuffix("-bf16") in ("sequential", "auto") or a.variant.startswith(
+            "vmap-"
+        ):
             times, engine = run_fedretain(a.variant, a)
         else:
             raise SystemExit(f"unknown variant {a.variant!r}; known: {DEFAULT_VARIANTS}")

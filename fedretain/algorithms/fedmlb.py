@@ -124,7 +124,11 @@ def _call_paths(
         task.model.train(True)
     tensors = {f"model.{k}": v for k, v in {**params, **buffers}.items()}
     paths = _paths_of(task.model)
-    return functional_call(paths, tensors, (x,), {"start": start, "collect": collect})
+    if task.autocast is None:
+        return functional_call(paths, tensors, (x,), {"start": start, "collect": collect})
+    with torch.autocast(x.device.type, dtype=task.autocast):  # as Task.forward in training
+        out = functional_call(paths, tensors, (x,), {"start": start, "collect": collect})
+    return ([f.float() for f in out[0]], out[1].float()) if collect else out.float()
 
 
 def local_paths(

@@ -34,6 +34,9 @@ class Task:
     # differentiate with torch.func.grad (needed under vmap) instead of torch.autograd.grad,
     # which is faster per step for one client at a time
     functional: bool = False
+    # the model's training forward (and so its backward) under torch.autocast in this dtype
+    # (config precision=bf16); parameters, gradients and evaluation stay float32
+    autocast: torch.dtype | None = None
 
     def init(self) -> tuple[Tree, Tree]:
         """The module's current parameters and buffers, as detached copies."""
@@ -44,13 +47,20 @@ class Task:
     def forward(
         self, params: Tree, buffers: Tree, x: Tensor, train: bool = True
     ) -> tuple[Tensor, Tree]:
-        """Logits and the buffers after the call (BatchNorm statistics update in training)."""
+        """Logits and the buffers after the call (BatchNorm statistics update in training).
+
+        In training with :attr:`autocast` set, the call runs under ``torch.autocast`` and the
+        logits come back in float32."""
         if self.model.training != train:  # train() walks every module: only on a change
             self.model.train(train)
         if buffers and train:
             buffers = {k: v.clone() for k, v in buffers.items()}
-        logits = functional_call(self.model, {**params, **buffers}, (x,), tie_weights=False)
-        return logits, buffers
+        tensors = {**params, **buffers}
+        if train and self.autocast is not None:
+            with torch.autocast(x.device.type, dtype=self.autocast):
+                logits = functional_call(self.model, tensors, (x,), tie_weights=False)
+            return logits.float(), buffers
+        return functional_call(self.model, tensors, (x,), tie_weights=False), buffers
 
     def batch_loss(
         self, params: Tree, buffers: Tree, batch: Batch, train: bool = True

@@ -24,6 +24,7 @@ from fedretain.errors import ConfigError, unknown_choice
 from fedretain.registry import coerce, kind
 
 ON_DIVERGENCE = ("stop", "skip")
+PRECISIONS = ("fp32", "bf16")
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None) -> Any:
@@ -114,6 +115,13 @@ class Config:
         "(same numbers); flower: the clients as Flower ClientApps",
     )
     device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
+    precision: str = setting(
+        "fp32",
+        "fp32; or bf16: the model's forward and backward in local training under bfloat16 "
+        "autocast (parameters, gradients, updates, the server and evaluation stay float32): "
+        "about 1.5x faster convolutions on CPUs with AVX-512 BF16 and on GPUs, slower on CPUs "
+        "without it; numbers differ from fp32 by bfloat16 rounding",
+    )
     threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
     checkpoint_every: int = setting(
         10, "rounds between checkpoints (and one at the end); 0: none; `run --resume` continues"
@@ -403,6 +411,8 @@ def validate(cfg: Config) -> None:
     parse_lr_schedule(cfg.lr_schedule)
     if cfg.on_divergence not in ON_DIVERGENCE:
         raise ConfigError(unknown_choice("on_divergence", cfg.on_divergence, ON_DIVERGENCE))
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError(unknown_choice("precision", cfg.precision, PRECISIONS))
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
         raise ConfigError(f"device must be cpu or cuda[:N], got {cfg.device!r}")
     for prefix, comp in COMPONENTS.items():

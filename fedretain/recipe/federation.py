@@ -133,7 +133,8 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         )
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
-    task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes)
+    autocast = torch.bfloat16 if cfg.precision == "bf16" else None
+    task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes, autocast=autocast)
     scenario = continual.scenario if continual is not None else None
     algorithm = build_algorithm(
         cfg.algorithm,

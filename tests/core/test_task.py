@@ -85,3 +85,30 @@ def test_per_example_rows_match_the_evaluation_and_by_hand():
     assert torch.allclose(losses, F.cross_entropy(logits, y, reduction="none"), atol=1e-6)
     acc, loss = task.evaluate(params, buffers, x, y)
     assert acc == int(correct.sum()) / 7 and abs(loss - float(losses.mean())) < 1e-6
+
+
+def test_bf16_autocast_trains_in_bfloat16_and_evaluates_in_float32():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(64, 3))
+    fp32 = Task(model, get_loss("ce"), num_classes=3)
+    bf16 = Task(model, get_loss("ce"), num_classes=3, autocast=torch.bfloat16)
+    params, buffers = fp32.init()
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 3, (8,))
+    batch = {"x": x, "y": y, "w": torch.ones(8)}
+    logits, _ = bf16.forward(params, buffers, x)
+    ref, _ = fp32.forward(params, buffers, x)
+    assert logits.dtype == torch.float32
+    # the forward ran in bfloat16: its logits are bfloat16 values, off float32's by rounding
+    assert torch.equal(logits, logits.bfloat16().float()) and not torch.equal(logits, ref)
+    assert torch.allclose(logits, ref, rtol=0.05, atol=0.05)
+    g_bf, loss_bf, _ = bf16.grad(params, buffers, batch)
+    g_32, loss_32, _ = fp32.grad(params, buffers, batch)
+    for k in params:
+        assert g_bf[k].dtype == torch.float32 and not torch.equal(g_bf[k], g_32[k])
+    # per leaf, sums of bfloat16 terms that cancel (a bias's gradient) can be off by 25 %; the
+    # whole gradient points the same way
+    flat_bf, flat_32 = (torch.cat([g[k].flatten() for k in params]) for g in (g_bf, g_32))
+    assert F.cosine_similarity(flat_bf, flat_32, dim=0) > 0.98
+    assert abs(float(loss_bf) - float(loss_32)) < 0.05
+    # evaluation stays float32: the same numbers as without autocast
+    assert bf16.evaluate(params, buffers, x, y) == fp32.evaluate(params, buffers, x, y)

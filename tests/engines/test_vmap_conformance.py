@@ -70,6 +70,18 @@ def test_vmap_equals_sequential(name):
     assert seq.ledger.state() == vm.ledger.state()
 
 
+def test_bf16_runs_are_repeatable_and_close_across_engines():
+    """precision=bf16: the same numbers run to run on each engine; across engines the models
+    differ by bfloat16 rounding (the vectorised engine's batched matmuls round differently)."""
+    bf16 = {"precision": "bf16", "algorithm": "fedprox"}
+    seq, _ = _run({**bf16, "engine": "sequential"})
+    assert _max_diff(seq, _run({**bf16, "engine": "sequential"})[0]) == 0.0
+    vm, _ = _run({**bf16, "engine": "vmap"})
+    assert _max_diff(vm, _run({**bf16, "engine": "vmap"})[0]) == 0.0
+    fp32, _ = _run({"algorithm": "fedprox", "engine": "sequential"})
+    assert 0 < _max_diff(seq, fp32) < 0.05 and _max_diff(seq, vm) < 0.05
+
+
 def test_batchnorm_model_falls_back_with_a_notice(capsys):
     overrides = {"model": "resnet20", "model.norm": "batch", "clients_per_round": 2}
     base = {k: v for k, v in BASE.items() if k != "model.hidden"}

@@ -42,6 +42,7 @@ def test_overrides_are_typed_like_toml():
         ({"dataset": "nope"}, "unknown dataset 'nope'"),
         ({"loss": "nope"}, "unknown loss 'nope'"),
         ({"engine": "warp"}, "unknown engine 'warp'"),
+        ({"precision": "fp16"}, "unknown precision 'fp16'.*choose one of: bf16, fp32"),
         ({"lr_schedule": "0:0.1"}, "lr_schedule: cannot read '0:0.1'"),
         ({"targets": [1.5]}, "targets must be accuracies in \\(0, 1\\]"),
         ({"bogus.key": 1}, "unknown key 'bogus.key'"),

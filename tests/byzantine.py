@@ -43,5 +43,5 @@ def accuracy_under_attack(cfg: Config, count: int = 2, scale: float = 10.0) -> l
         state, _ = rounds.run_round(state, rnd, cfg.lr_at(rnd), clients=clients)
         params, buffers = algorithm.global_model(state)
         x, y = fed.dataset.x_test, fed.dataset.y_test
-        out.append(fed.task.evaluate(params, buffers, x, y, cfg.eval_batch_size)[0])
+        out.append(fed.task.evaluate(params, buffers, x, y, fed.eval_batch)[0])
     return out

@@ -73,7 +73,7 @@ class ForgettingObserver:
             fed.dataset,
             fed.parts,
             fed.val_parts,
-            run.cfg.eval_batch_size,
+            fed.eval_batch,
             pseudo=fed.algorithm.pseudo_data,
             seed=run.cfg.seed,
             eval_samples=samples,

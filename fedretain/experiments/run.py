@@ -191,12 +191,10 @@ class Run:
         p, b = fed.algorithm.global_model(self.server_state)
         extra: dict[str, Any] = {}
         if self.continual is not None:  # on the classes seen so far
-            acc, loss, extra = self.continual.evaluate(
-                fed.task, p, b, self.done, cfg.eval_batch_size
-            )
+            acc, loss, extra = self.continual.evaluate(fed.task, p, b, self.done, fed.eval_batch)
         else:
             acc, loss = fed.task.evaluate(
-                p, b, fed.dataset.x_test, fed.dataset.y_test, cfg.eval_batch_size
+                p, b, fed.dataset.x_test, fed.dataset.y_test, fed.eval_batch
             )
         train_loss = metrics.get("train_loss")
         ledger = self.rounds.ledger

@@ -103,7 +103,12 @@ class Config:
     eval_every: int = setting(
         1, "test-set evaluation period in rounds (the last round is always evaluated)"
     )
-    eval_batch_size: int = setting(1000, "batch size of the test-set evaluation")
+    eval_batch_size: int = setting(
+        0,
+        "batch size of evaluation (the test set, the diagnostics); 0: 100 for a convolutional "
+        "model on a CPU, where 100 images' activations stay in cache (the zoo's CNNs evaluate "
+        "1.4-1.9x faster than in batches of 1000), else 1000",
+    )
     targets: list[float] = setting(
         help="accuracies for rounds_to (the first round reaching each)",
         factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9],
@@ -395,8 +400,10 @@ def validate(cfg: Config) -> None:
     """Check every value: scalars here, each component's name and parameters against its
     registry (one place: :mod:`fedretain.registry`), then what the algorithm requires."""
     _positive(cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every")
-    _positive(cfg, "eval_batch_size", "local_epochs")
-    _positive(cfg, "local_steps", "seed", "threads", "checkpoint_every", minimum=0)
+    _positive(cfg, "local_epochs")
+    _positive(
+        cfg, "local_steps", "seed", "threads", "checkpoint_every", "eval_batch_size", minimum=0
+    )
     if cfg.clients_per_round > cfg.clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) cannot exceed clients ({cfg.clients})"

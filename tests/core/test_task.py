@@ -112,3 +112,20 @@ def test_bf16_autocast_trains_in_bfloat16_and_evaluates_in_float32():
     assert abs(float(loss_bf) - float(loss_32)) < 0.05
     # evaluation stays float32: the same numbers as without autocast
     assert bf16.evaluate(params, buffers, x, y) == fp32.evaluate(params, buffers, x, y)
+
+
+def test_evaluation_of_images_in_channels_last_equals_the_module():
+    """per_example hands oneDNN NHWC batches on a CPU: the same predictions and losses as the
+    module on the plain (NCHW) batch, to float rounding, whatever the batch size."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.MaxPool2d(2), nn.ReLU(), nn.Flatten())
+    model.append(nn.Linear(6 * 3 * 3, 4))
+    task = Task(model, get_loss("ce"), num_classes=4)
+    params, buffers = task.init()
+    x, y = torch.randn(25, 3, 8, 8), torch.randint(0, 4, (25,))
+    with torch.no_grad():
+        logits = model(x)
+    for batch_size in (25, 10, 1):
+        correct, losses = task.per_example(params, buffers, x, y, batch_size)
+        assert torch.equal(correct, logits.argmax(-1) == y)
+        assert torch.allclose(losses, F.cross_entropy(logits, y, reduction="none"), atol=1e-6)

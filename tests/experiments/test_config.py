@@ -53,6 +53,18 @@ def test_bad_values_name_key_value_and_choices(values, message):
         make_config(values)
 
 
+def test_evaluation_batch_defaults_to_100_for_a_convolutional_model_on_a_cpu():
+    from fedretain.recipe.federation import build_federation
+
+    small = {"dataset": "digits", "clients": 4, "clients_per_round": 2}
+    assert build_federation(make_config({**small, "model": "resnet20"})).eval_batch == 100
+    assert build_federation(make_config({**small, "model": "mlp"})).eval_batch == 1000
+    fed = build_federation(make_config({**small, "model": "resnet20", "eval_batch_size": 7}))
+    assert fed.eval_batch == 7
+    with pytest.raises(ConfigError, match="eval_batch_size must be >= 0, got -1"):
+        make_config({"eval_batch_size": -1})
+
+
 def test_lr_schedule_steps_by_round():
     assert parse_lr_schedule("1000=0.1, 0=0.01") == [(0, 0.01), (1000, 0.1)]
     cfg = make_config({"lr": 0.5, "lr_schedule": "0=0.01, 1000=0.1"})

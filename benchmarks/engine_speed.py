@@ -202,10 +202,21 @@ def plain_model(model_name: str) -> torch.nn.Module:
     return nn.Sequential(*layers)
 
 
-def run_pfl(model_name: str, rounds: int) -> list[float]:
-    """The round in pfl-research's simulator: every client every round, FedAvg (central SGD
-    with lr 1 on the averaged update), local SGD as in the loop."""
-    t_setup = time.perf_counter()
+def time_pfl(
+    net: torch.nn.Module,
+    data: dict[int, list[torch.Tensor]],
+    cohort: int,
+    rounds: int,
+    t_setup: float,
+    lr: float = LR,
+    epochs: int = EPOCHS,
+    batch: int = BATCH,
+) -> list[float]:
+    """Round times in pfl-research 0.6.0's simulator (PyTorch backend, one process): FedAvg
+    (central SGD with lr 1 on the averaged update) over ``cohort`` of the users ``data`` holds
+    (user -> [inputs, labels]), local SGD (``lr``, ``epochs``, ``batch``), ``net`` mapping
+    inputs to logits. The first time is the warm-up round counted from ``t_setup``, then
+    ``rounds`` rounds. pfl iterates each user's data in order and weights users equally."""
     from pfl.aggregate.simulate import SimulatedBackend
     from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
     from pfl.callback.base import TrainingProcessCallback
@@ -219,16 +230,16 @@ def run_pfl(model_name: str, rounds: int) -> list[float]:
     class Net(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.net = plain_model(model_name)
+            self.net = net
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.net(x)
 
         def loss(self, x: torch.Tensor, y: torch.Tensor, eval: bool = False) -> torch.Tensor:
-            return F.cross_entropy(self(x), y)
+            return F.cross_entropy(self(x), y.long())
 
         def metrics(self, x: torch.Tensor, y: torch.Tensor, eval: bool = False) -> dict:
-            return {}
+            return {}  # no evaluation is timed
 
     class Timer(TrainingProcessCallback):
         def __init__(self) -> None:
@@ -238,38 +249,43 @@ def run_pfl(model_name: str, rounds: int) -> list[float]:
             self.stamps.append(time.perf_counter())
             return False, Metrics()
 
-    x, y = make_data()
-    data = {
-        c: [x[c * SAMPLES : (c + 1) * SAMPLES], y[c * SAMPLES : (c + 1) * SAMPLES]]
-        for c in range(CLIENTS)
-    }
     fed = FederatedDataset(
-        lambda c: Dataset(data[c], user_id=c),
-        get_user_sampler("minimize_reuse", list(range(CLIENTS))),
+        lambda u: Dataset(data[u], user_id=u), get_user_sampler("minimize_reuse", list(data))
     )
-    net = Net()
+    wrapped = Net()
     model = PyTorchModel(
-        net,
+        wrapped,
         local_optimizer_create=torch.optim.SGD,
-        central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0),
+        central_optimizer=torch.optim.SGD(wrapped.parameters(), lr=1.0),
     )
     timer = Timer()
     FederatedAveraging().run(
         algorithm_params=NNAlgorithmParams(
             central_num_iterations=rounds + 1,
             evaluation_frequency=10**9,
-            train_cohort_size=CLIENTS,
+            train_cohort_size=cohort,
             val_cohort_size=None,
         ),
         backend=SimulatedBackend(training_data=fed, val_data=fed),
         model=model,
         model_train_params=NNTrainHyperParams(
-            local_learning_rate=LR, local_num_epochs=EPOCHS, local_batch_size=BATCH
+            local_learning_rate=lr, local_num_epochs=epochs, local_batch_size=batch
         ),
-        model_eval_params=NNEvalHyperParams(local_batch_size=BATCH),
+        model_eval_params=NNEvalHyperParams(local_batch_size=batch),
         callbacks=[timer],
     )
     return [timer.stamps[0] - t_setup, *np.diff(timer.stamps).tolist()]
+
+
+def run_pfl(model_name: str, rounds: int) -> list[float]:
+    """The engine workload in pfl-research's simulator: every client every round."""
+    t_setup = time.perf_counter()
+    x, y = make_data()
+    data = {
+        c: [x[c * SAMPLES : (c + 1) * SAMPLES], y[c * SAMPLES : (c + 1) * SAMPLES]]
+        for c in range(CLIENTS)
+    }
+    return time_pfl(plain_model(model_name), data, CLIENTS, rounds, t_setup)
 
 
 def run_flower(model_name: str, rounds: int) -> tuple[list[float], float, float]:

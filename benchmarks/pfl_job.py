@@ -82,7 +82,7 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from engine_speed import TreeRss  # noqa: E402  (peak RSS of the process tree)
+from engine_speed import TreeRss, time_pfl  # noqa: E402  (peak RSS; pfl's round times)
 
 USERS, PER_USER, PER_ROUND, BATCH, EPOCHS, LR = 1000, 50, 50, 10, 1, 0.05
 JOB_ROUNDS = 1500
@@ -165,6 +165,13 @@ def plain_cnn() -> nn.Sequential:
         nn.ReLU(),
         nn.Linear(256, CLASSES),
     )
+
+
+class Scale(nn.Module):
+    """uint8 images to floats in [0, 1], as every variant scales them."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float().div(255.0)
 
 
 def shapes(model: nn.Module) -> list[tuple[int, ...]]:
@@ -349,75 +356,16 @@ def run_pfl(a: argparse.Namespace) -> tuple[list[float], str]:
     """Round times in pfl-research's simulator (PyTorch backend, one process)."""
     t_setup = time.perf_counter()
     import pfl
-    from pfl.aggregate.simulate import SimulatedBackend
-    from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
-    from pfl.callback.base import TrainingProcessCallback
-    from pfl.data.dataset import Dataset
-    from pfl.data.federated_dataset import FederatedDataset
-    from pfl.data.sampling import get_user_sampler
-    from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
-    from pfl.metrics import Metrics, Weighted
-    from pfl.model.pytorch import PyTorchModel
-
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = plain_cnn()
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.net(x.float().div(255.0))
-
-        def loss(self, x: torch.Tensor, y: torch.Tensor, eval: bool = False) -> torch.Tensor:
-            self.eval() if eval else self.train()
-            return F.cross_entropy(self(x), y.long())
-
-        def metrics(self, x: torch.Tensor, y: torch.Tensor, eval: bool = False) -> dict:
-            with torch.no_grad():
-                loss = F.cross_entropy(self(x), y.long(), reduction="sum").item()
-            return {"loss": Weighted(loss, len(y))}
-
-    class Timer(TrainingProcessCallback):
-        def __init__(self) -> None:
-            self.stamps: list[float] = []
-
-        def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
-            self.stamps.append(time.perf_counter())
-            return False, Metrics()
 
     x, y = all_data(a.users, a.per_user, a.data_dir)
     p = a.per_user
     data = {u: [x[u * p : (u + 1) * p], y[u * p : (u + 1) * p]] for u in range(a.users)}
-    fed = FederatedDataset(
-        lambda u: Dataset(data[u], user_id=u),
-        get_user_sampler("minimize_reuse", list(range(a.users))),
-    )
     torch.manual_seed(0)
-    net = Net()
+    net = nn.Sequential(Scale(), plain_cnn())
     count = sum(p.numel() for p in net.parameters())
     if a.expect_params and count != a.expect_params:
         raise SystemExit(f"pfl's CNN has {count} parameters, fedretain's cnn {a.expect_params}")
-    model = PyTorchModel(
-        net,
-        local_optimizer_create=torch.optim.SGD,
-        central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0),
-    )
-    timer = Timer()
-    FederatedAveraging().run(
-        algorithm_params=NNAlgorithmParams(
-            central_num_iterations=a.rounds + 1,
-            evaluation_frequency=10**9,
-            train_cohort_size=a.per_round,
-            val_cohort_size=None,
-        ),
-        backend=SimulatedBackend(training_data=fed, val_data=fed),
-        model=model,
-        model_train_params=NNTrainHyperParams(
-            local_learning_rate=LR, local_num_epochs=EPOCHS, local_batch_size=BATCH
-        ),
-        model_eval_params=NNEvalHyperParams(local_batch_size=BATCH),
-        callbacks=[timer],
-    )
-    times = [timer.stamps[0] - t_setup, *np.diff(timer.stamps).tolist()]
+    times = time_pfl(net, data, a.per_round, a.rounds, t_setup, LR, EPOCHS, BATCH)
     return times, f"pfl {pfl.__version__}" if hasattr(pfl, "__version__") else "pfl"
 
 

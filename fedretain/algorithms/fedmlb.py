@@ -39,7 +39,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
@@ -124,11 +123,7 @@ def _call_paths(
         task.model.train(True)
     tensors = {f"model.{k}": v for k, v in {**params, **buffers}.items()}
     paths = _paths_of(task.model)
-    if task.autocast is None:
-        return functional_call(paths, tensors, (x,), {"start": start, "collect": collect})
-    with torch.autocast(x.device.type, dtype=task.autocast):  # as Task.forward in training
-        out = functional_call(paths, tensors, (x,), {"start": start, "collect": collect})
-    return ([f.float() for f in out[0]], out[1].float()) if collect else out.float()
+    return task.train_call(paths, tensors, (x,), {"start": start, "collect": collect})
 
 
 def local_paths(

@@ -27,6 +27,15 @@ from fedretain.losses.ce import ce
 Batch = dict[str, Tensor]
 
 
+def _float32(out: Any) -> Any:
+    """``out`` with its tensors (alone, in lists or in tuples) in float32."""
+    if isinstance(out, Tensor):
+        return out.float()
+    if isinstance(out, list | tuple):
+        return type(out)(_float32(o) for o in out)
+    return out
+
+
 @dataclass(frozen=True)
 class Task:
     model: nn.Module
@@ -43,7 +52,7 @@ class Task:
     def convolutional(self) -> bool:
         """Whether the model has a convolution (evaluation then feeds it NHWC batches on a CPU,
         and takes smaller batches by default)."""
-        return any(isinstance(m, nn.modules.conv._ConvNd) for m in self.model.modules())
+        return any(isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d) for m in self.model.modules())
 
     def init(self) -> tuple[Tree, Tree]:
         """The module's current parameters and buffers, as detached copies."""
@@ -63,11 +72,21 @@ class Task:
         if buffers and train:
             buffers = {k: v.clone() for k, v in buffers.items()}
         tensors = {**params, **buffers}
-        if train and self.autocast is not None:
-            with torch.autocast(x.device.type, dtype=self.autocast):
-                logits = functional_call(self.model, tensors, (x,), tie_weights=False)
-            return logits.float(), buffers
+        if train:
+            return self.train_call(self.model, tensors, (x,)), buffers
         return functional_call(self.model, tensors, (x,), tie_weights=False), buffers
+
+    def train_call(
+        self, module: nn.Module, tensors: Tree, args: tuple, kwargs: dict | None = None
+    ) -> Any:
+        """``functional_call`` of a training forward through ``module`` (the model or modules
+        sharing its parameters): under ``torch.autocast`` when :attr:`autocast` is set, its
+        tensors (or lists and tuples of them) then returned in float32."""
+        if self.autocast is None:
+            return functional_call(module, tensors, args, kwargs, tie_weights=False)
+        with torch.autocast(args[0].device.type, dtype=self.autocast):
+            out = functional_call(module, tensors, args, kwargs, tie_weights=False)
+        return _float32(out)
 
     def batch_loss(
         self, params: Tree, buffers: Tree, batch: Batch, train: bool = True

@@ -399,8 +399,9 @@ def component_params(cfg: Config, prefix: str) -> dict[str, Any]:
 def validate(cfg: Config) -> None:
     """Check every value: scalars here, each component's name and parameters against its
     registry (one place: :mod:`fedretain.registry`), then what the algorithm requires."""
-    _positive(cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every")
-    _positive(cfg, "local_epochs")
+    _positive(
+        cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every", "local_epochs"
+    )
     _positive(
         cfg, "local_steps", "seed", "threads", "checkpoint_every", "eval_batch_size", minimum=0
     )

@@ -183,6 +183,7 @@ RESUMABLE = (
     "name",
     "rounds",
     "eval_every",
+    "eval_batch_size",  # evaluation only: the test loss moves by float rounding
     "targets",
     "threads",
     "checkpoint_every",
@@ -217,7 +218,8 @@ def load_for_resume(
     changed = [k for k in set(old) | set(new) if old.get(k, defaults.get(k)) != new.get(k)]
     if changed:
         raise ConfigError(
-            f"cannot resume {folder}: {', '.join(sorted(changed))} differ from the checkpoint; "
+            f"cannot resume {folder}: {', '.join(sorted(changed))} "
+            f"{'differs' if len(changed) == 1 else 'differ'} from the checkpoint; "
             f"only {', '.join(RESUMABLE)} (and their parameters) may change"
         )
     return ckpt

@@ -136,8 +136,23 @@ def test_resume_accepts_a_checkpoint_older_than_a_new_key_at_its_default(tmp_pat
 
 def test_resume_refuses_changed_settings(tmp_path):
     run_experiment(make_config({**DIGITS, "rounds": 1}), tmp_path, progress=False)
-    with pytest.raises(ConfigError, match=r"cannot resume.*lr"):
+    with pytest.raises(ConfigError, match=r"cannot resume.*: lr differs from the checkpoint"):
         run_experiment(make_config({**DIGITS, "rounds": 2, "lr": 0.2}), tmp_path, resume=True)
+    with pytest.raises(ConfigError, match=r"cannot resume.*precision"):  # training's numerics
+        run_experiment(
+            make_config({**DIGITS, "rounds": 2, "precision": "bf16"}), tmp_path, resume=True
+        )
+
+
+def test_resume_accepts_another_evaluation_batch(tmp_path):
+    """A checkpoint written with the old default (1000) continues under the new one (0):
+    the evaluation batch only moves the test loss by float rounding."""
+    run_experiment(
+        make_config({**DIGITS, "rounds": 1, "eval_batch_size": 1000}), tmp_path, progress=False
+    )
+    run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path, progress=False, resume=True)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 1, 2]
 
 
 def kill_at_checkpoint(cmd: list[str], out: Path, env: dict, rnd: int, pause: float = 0.0) -> None:

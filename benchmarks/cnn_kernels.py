@@ -26,16 +26,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_speed import peak_matmul_gflops
+
 SAMPLES, EPOCHS, BATCH, LR = 60, 5, 10, 0.05
+PEAK_SIDES = (512, 1024, 2048, 4096)  # the best of these: in-cache sizes run a little faster
 
 # profiler op name -> row of the profile table (first match wins; everything else is "other")
 GROUPS = (
@@ -65,19 +71,6 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
         fn()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
-
-
-def peak_matmul_gflops() -> float:
-    """The best fp32 rate of square matmuls of side 512-4096 (engine_speed.py takes 4096 only,
-    which runs a few percent below the in-cache sizes)."""
-    rates = []
-    for n in (512, 1024, 2048, 4096):
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        reps = max(1, 2**31 // (2 * n**3))  # about 2 GFLOP per timing
-        rates.append(
-            2 * n**3 * reps / timed(lambda a=a, b=b, k=reps: [a @ b for _ in range(k)], 5) / 1e9
-        )
-    return max(rates)
 
 
 def build(model_name: str, shape: tuple[int, ...]) -> nn.Module:
@@ -278,7 +271,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     shape = tuple(int(s) for s in args.shape.split(","))
-    peak = peak_matmul_gflops()
+    peak = peak_matmul_gflops(PEAK_SIDES)
     print(
         f"model {args.model} on {shape}, batch {BATCH}, {args.threads} threads, "
         f"torch {torch.__version__}"

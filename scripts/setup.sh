@@ -10,7 +10,7 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c "import fedretain, pytest, ruff, flwr, ray" 2>/dev/null \
+if ! .venv/bin/python -c "import fedretain, pytest, xdist, ruff, flwr, ray" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.fedretain-installed ]; then
     echo "installing fedretain and its pinned dependencies into .venv (log: .venv/install.log)"
     if ! { .venv/bin/python -m pip install --upgrade pip \

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: set up, lint and format-check with ruff, build the documentation site
 # (strict), run the default test suite.
-# Extra arguments go to pytest (e.g. -m slow for the long checks).
+# Extra arguments go to pytest (e.g. -m slow for the long checks; -n 0 for one process).
+# pytest runs one worker per CPU core (pytest-xdist), each test file in one worker (module
+# fixtures are built once), one torch thread per worker unless OMP_NUM_THREADS says otherwise:
+# 5 min 49 s against 7 min 23 s in one process on 2 cores (benchmarks/RESULTS.md, "Test suite").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,4 +14,4 @@ bash scripts/setup.sh
 SITE=$(mktemp -d)
 trap 'rm -rf "$SITE"' EXIT
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir "$SITE"
-.venv/bin/python -m pytest "$@"
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} .venv/bin/python -m pytest -n auto --dist loadfile "$@"

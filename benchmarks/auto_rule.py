@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {
     "sequential": ["engine=sequential"],
+    "sequential-w2": ["engine=sequential", "engine.workers=2"],
     "vmap-10": ["engine=vmap", "engine.chunk=10"],
     "vmap-10-compiled": ["engine=vmap", "engine.chunk=10", "engine.compile=true"],
     "auto": ["engine=auto"],

@@ -12,7 +12,8 @@ workers included), sampled every 0.2 s from /proc.
     .venv/bin/python benchmarks/engine_speed.py --model mlp --variant vmap-10 --rounds 3  # one
 
 Variants: ``loop`` (one nn.Module + torch.optim.SGD over the same mini-batch orders: the plain
-reference), ``sequential`` (fedretain's reference engine; ``engine`` is an alias), ``vmap-<K>``
+reference), ``sequential`` (fedretain's reference engine; ``engine`` is an alias;
+``sequential-w<N>`` with ``engine.workers=N``: N clients at a time on threads), ``vmap-<K>``
 (the vectorised engine, K clients per vmapped call; ``vmap-0`` sizes chunks to memory;
 ``vmap-<K>-compiled`` with ``torch.compile``) and
 ``flower`` (Flower's simulation engine, 2 workers x 1 CPU), ``pfl`` (pfl-research 0.6.0's
@@ -115,7 +116,11 @@ class TreeRss:
 
 
 def run_engine(
-    model_name: str, rounds: int, vmap_chunk: int | None = None, compile: bool = False
+    model_name: str,
+    rounds: int,
+    vmap_chunk: int | None = None,
+    compile: bool = False,
+    workers: int = 1,
 ) -> list[float]:
     """Times of the warm-up round (set-up included) and then ``rounds`` rounds."""
     t_setup = time.perf_counter()
@@ -137,7 +142,7 @@ def run_engine(
     algo = build_algorithm("fedavg")
     clients = Clients(ds, parts, LocalSpec(BATCH, EPOCHS), seed=0)
     if vmap_chunk is None:
-        engine = Rounds(algo, task, clients, SequentialEngine())
+        engine = Rounds(algo, task, clients, SequentialEngine(workers))
     else:
         engine = Rounds(algo, task, clients, VmapEngine(task, vmap_chunk, compile))
     state = algo.server_init(*task.init())
@@ -354,6 +359,8 @@ def one(model: str, variant: str, rounds: int, threads: int) -> dict:
             times = run_loop(model, rounds, channels_last=variant == "loop-cl")
         elif variant in ("sequential", "engine"):
             times = run_engine(model, rounds)
+        elif variant.startswith("sequential-w"):
+            times = run_engine(model, rounds, workers=int(variant.removeprefix("sequential-w")))
         elif variant == "flower":
             times, flower_startup, flower_rss = run_flower(model, rounds)
         elif variant == "pfl":
@@ -363,7 +370,8 @@ def one(model: str, variant: str, rounds: int, threads: int) -> dict:
             times = run_engine(model, rounds, int(variant.split("-")[1]), compiled)
         else:
             raise SystemExit(
-                f"unknown variant {variant!r}: loop, sequential, vmap-<K>, flower, pfl"
+                f"unknown variant {variant!r}: loop, sequential, sequential-w<N>, vmap-<K>, "
+                "flower, pfl"
             )
     med = statistics.median(times[1:])
     startup = times[0] - med

@@ -26,6 +26,8 @@ process and all its descendants (Ray's workers included), sampled every 0.2 s
 Variants:
 
 - ``sequential``: fedretain's reference engine (``engine=sequential``), one user after another.
+- ``sequential-w2``: the same engine with ``engine.workers=2`` (two users at a time on two
+  threads, one torch thread each; ``-w<N>`` for N).
 - ``vmap-10``, ``vmap-50``: fedretain's vectorised engine (``engine=vmap``, ``engine.chunk``
   10 or 50 users per vmapped call).
 - ``vmap-10-compiled``: the same with ``engine.compile=true`` (``torch.compile``), chunk 10.
@@ -227,6 +229,9 @@ def run_fedretain(variant: str, a: argparse.Namespace) -> tuple[list[float], str
         values["engine"] = "vmap"
         values["engine.chunk"] = int(variant.split("-")[1])
         values["engine.compile"] = variant.endswith("-compiled")
+    elif variant.startswith("sequential-w"):
+        values["engine"] = "sequential"
+        values["engine.workers"] = int(variant.removeprefix("sequential-w"))
     else:
         values["engine"] = variant  # sequential or auto
     cfg = make_config(values)
@@ -246,6 +251,8 @@ def run_fedretain(variant: str, a: argparse.Namespace) -> tuple[list[float], str
         name += f" chunk={values['engine.chunk']}" + (
             " compiled" if values["engine.compile"] else ""
         )
+    if "engine.workers" in values:
+        name += f" workers={values['engine.workers']}"
     return times, name + (" bf16" if "precision" in values else "")
 
 
@@ -380,7 +387,7 @@ def one(a: argparse.Namespace) -> dict:
         elif a.variant == "pfl":
             times, engine = run_pfl(a)
         elif a.variant.removesuffix("-bf16") in ("sequential", "auto") or a.variant.startswith(
-            "vmap-"
+            ("vmap-", "sequential-w")
         ):
             times, engine = run_fedretain(a.variant, a)
         else:

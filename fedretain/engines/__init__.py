@@ -16,8 +16,8 @@ from fedretain.engines.vmap import vmap_engine
 from fedretain.registry import Registry
 
 
-def sequential(fed: Any) -> SequentialEngine:
-    return SequentialEngine()
+def sequential(fed: Any, workers: int = 1) -> SequentialEngine:
+    return SequentialEngine(workers)
 
 
 ENGINES = Registry("engine")
@@ -26,5 +26,9 @@ ENGINES.add(
     auto_engine,
     "vmap where the algorithm and model allow it (compiled for long runs), else sequential",
 )
-ENGINES.add("sequential", sequential, "one client after another: the reference")
+ENGINES.add(
+    "sequential",
+    sequential,
+    "one client after another: the reference (workers: clients trained at a time on threads)",
+)
 ENGINES.add("vmap", vmap_engine, "clients trained together under torch.func.vmap (chunk, compile)")

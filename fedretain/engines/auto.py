@@ -29,6 +29,14 @@ the sequential engine's numbers up to floating-point summation order:
    step. The compiled step is built once per run and fed fixed strides and a fixed data length
    (the largest client's), so that one graph per step kind and chunk size serves every round.
 
+Wherever this picks the sequential engine on a CPU with several torch threads, it trains as
+many clients at a time as there are threads, each on one thread (``engine.workers``, unless
+the model draws random numbers in training): on two cores, 1.16-1.40x the one-at-a-time
+engine on the engine benchmark's CNN, 0.90-1.31x (median 1.07x) on pfl-research's CIFAR-10
+round, 1.18-1.31x on the main job's MLP round (``benchmarks/RESULTS.md``, "Clients on
+threads"). Each client's numbers are then those of ``threads=1``: the two-thread engine's up
+to summation order.
+
 On a CPU the vectorised engine takes :data:`CPU_CHUNK` clients per call unless ``engine.chunk``
 says otherwise (chunks of 25 and 50 were no faster on the MLP and 1.5x slower on the CNN); on
 CUDA the chunk is sized to memory. The choice and its reason are printed once and written to
@@ -44,7 +52,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.sequential import SequentialEngine, draws_random_numbers
 from fedretain.engines.vmap import VmapEngine, vectorisable
 
 COMPILE_CLIENT_STEPS = 50_000
@@ -83,52 +91,58 @@ def has_convolutions(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
 
 
-def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, str]:
-    """``(engine, compiled, why)`` for the federation ``fed`` with ``threads`` torch threads
-    (default: torch's current number)."""
+def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, int, str]:
+    """``(engine, compiled, workers, why)`` for the federation ``fed`` with ``threads`` torch
+    threads (default: torch's current number); ``workers`` is the sequential engine's."""
+    threads = threads or torch.get_num_threads()
+    device = fed.device.type
+    workers = (
+        threads
+        if device == "cpu" and threads > 1 and not draws_random_numbers(fed.task.model)
+        else 1
+    )
     why = vectorisable(fed.algorithm, fed.task.model)
     if why:
-        return "sequential", False, why
+        return "sequential", False, workers, why
     steps = client_steps(fed)
-    if fed.device.type == "cuda":
+    if device == "cuda":
         if steps < COMPILE_CLIENT_STEPS_CUDA:
-            return "vmap", False, f"CUDA; {steps:,} client steps < {COMPILE_CLIENT_STEPS_CUDA:,}"
-        return "vmap", True, f"CUDA; {steps:,} client steps >= {COMPILE_CLIENT_STEPS_CUDA:,}"
+            return "vmap", False, 1, f"CUDA; {steps:,} client steps < {COMPILE_CLIENT_STEPS_CUDA:,}"
+        return "vmap", True, 1, f"CUDA; {steps:,} client steps >= {COMPILE_CLIENT_STEPS_CUDA:,}"
     if has_convolutions(fed.task.model):
-        return "sequential", False, "convolutions on a CPU: vmap makes them grouped, no faster"
-    threads = threads or torch.get_num_threads()
-    threshold = COMPILE_CLIENT_STEPS_ONE_THREAD if threads == 1 else COMPILE_CLIENT_STEPS
-    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if steps >= threshold and compiler:
-        return "vmap", True, f"{threads} CPU thread(s); {steps:,} client steps >= {threshold:,}"
-    short = f"{steps:,} client steps < {threshold:,}" if compiler else "no C++ compiler"
-    if threads == 1:
-        return "sequential", False, f"one CPU thread; {short} to compile"
-    even = balance(fed)
-    if even < MIN_BALANCE:
         return (
             "sequential",
             False,
-            (
-                f"uneven clients (mean steps / largest client's {even:.2f} < {MIN_BALANCE}); "
-                f"{short} to compile"
-            ),
+            workers,
+            "convolutions on a CPU: vmap makes them grouped, no faster",
         )
-    return "vmap", False, f"{threads} CPU threads; {short} to compile"
+    threshold = COMPILE_CLIENT_STEPS_ONE_THREAD if threads == 1 else COMPILE_CLIENT_STEPS
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if steps >= threshold and compiler:
+        return "vmap", True, 1, f"{threads} CPU thread(s); {steps:,} client steps >= {threshold:,}"
+    short = f"{steps:,} client steps < {threshold:,}" if compiler else "no C++ compiler"
+    if threads == 1:
+        return "sequential", False, 1, f"one CPU thread; {short} to compile"
+    even = balance(fed)
+    if even < MIN_BALANCE:
+        why = f"uneven clients (mean steps / largest client's {even:.2f} < {MIN_BALANCE})"
+        return "sequential", False, workers, f"{why}; {short} to compile"
+    return "vmap", False, 1, f"{threads} CPU threads; {short} to compile"
 
 
 def auto_engine(fed: Any, chunk: int = 0) -> VmapEngine | SequentialEngine:
     """``engine=auto``: see the module's rule; ``chunk`` as ``engine=vmap``'s (0: the rule's)."""
     if chunk < 0:
         raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
-    name, compiled, why = choose(fed)
+    name, compiled, workers, why = choose(fed)
     engine: VmapEngine | SequentialEngine
     if name == "vmap":
         size = chunk or (CPU_CHUNK if fed.device.type == "cpu" else 0)
         engine = VmapEngine(fed.task, size, compiled)
         name = f"vmap{' (compiled)' if compiled else ''}, chunk {size or 'sized to memory'}"
     else:
-        engine = SequentialEngine()
+        engine = SequentialEngine(workers)
+        name += f", {workers} workers" if workers > 1 else ""
     engine.choice = f"{name}: {why}"
     print(f"engine=auto: {engine.choice}")
     return engine

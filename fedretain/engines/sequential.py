@@ -2,13 +2,46 @@
 
 Each client of the round trains with :func:`~fedretain.engines.round.train_client` on its own
 seeded mini-batches; :class:`~fedretain.engines.round.Rounds` does the rest of the round.
+
+With ``workers=N > 1`` (``engine.workers``), N clients train at a time on N Python threads,
+each with one torch thread and its own copy of the model (``functional_call`` substitutes the
+parameters into the module, so threads cannot share one): PyTorch's kernels release the GIL,
+and on small batches N one-threaded clients use N cores better than one client on N intra-op
+threads (``benchmarks/RESULTS.md``, "Clients on threads"). Each client's numbers are those of
+the engine with ``threads=1``, whatever the threads' timing; updates come back in the round's
+order, with at most ``2 N`` clients in flight. Models that draw random numbers in training
+(dropout, from torch's global generator) keep ``workers=1``: their draws would depend on the
+threads' timing.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
-from fedretain.engines.round import OpenRound, Rounds, Trained, train_client
+import numpy as np
+import torch
+from torch import nn
+
+from fedretain.core.task import Batch
+from fedretain.core.tree import Tree
+from fedretain.engines.round import ClientUpdate, OpenRound, Rounds, Trained, train_client
+from fedretain.errors import ConfigError
+
+
+def draws_random_numbers(model: nn.Module) -> bool:
+    """Whether ``model`` draws from torch's global generator in training (dropout)."""
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
+
+
+def _inputs(rounds: Rounds, rnd: OpenRound, cid: int) -> tuple[Tree, Batch, list[np.ndarray]]:
+    """Client ``cid``'s state, data and mini-batch plan for the round."""
+    plan = rounds.clients.plan(cid, rnd.info, rounds.algorithm)
+    return rounds.client_state(cid, rnd.downlink), rounds.clients.data(cid), plan
 
 
 class SequentialEngine:
@@ -17,20 +50,70 @@ class SequentialEngine:
     store = None  # the run's store keeps the client states
     remote = False
 
+    def __init__(self, workers: int = 1) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError(f"engine.workers must be an integer >= 1, got {workers!r}")
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()  # each worker thread's copy of the task
+
     def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
-        algo, clients = rounds.algorithm, rounds.clients
+        if self.workers > 1:
+            yield from self._train_on_threads(rounds, rnd)
+            return
         for cid in rnd.info.clients:
             update = train_client(
-                algo,
+                rounds.algorithm,
                 rounds.task,
                 rnd.downlink,
-                rounds.client_state(cid, rnd.downlink),
-                clients.data(cid),
-                clients.plan(cid, rnd.info, algo),
+                *_inputs(rounds, rnd, cid),
                 rnd.info,
                 cid,
             )
             yield Trained.one(cid, update, rnd.keep_models)
 
+    def _train_on_threads(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
+        if draws_random_numbers(rounds.task.model):
+            raise ConfigError(
+                "engine.workers > 1: the model draws random numbers in training (dropout), "
+                "which threads would draw in a timing-dependent order; set engine.workers=1"
+            )
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fedretain-client")
+        outer = torch.get_num_threads()
+        torch.set_num_threads(1)  # for the round: the clients' threads and the main thread's work
+
+        def run(cid: int, inputs: tuple) -> ClientUpdate:
+            torch.set_num_threads(1)  # this thread's OpenMP setting, not only the global one
+            local = self._local.__dict__
+            if local.get("source") is not rounds.task:  # this thread's own copy of the model
+                local["source"] = rounds.task
+                local["task"] = replace(rounds.task, model=copy.deepcopy(rounds.task.model))
+            return train_client(
+                rounds.algorithm, local["task"], rnd.downlink, *inputs, rnd.info, cid
+            )
+
+        pending: deque[tuple[int, Future[ClientUpdate]]] = deque()
+        try:
+            for cid in rnd.info.clients:
+                inputs = _inputs(rounds, rnd, cid)  # the store is read by the main thread only
+                pending.append((cid, self._pool.submit(run, cid, inputs)))
+                if len(pending) >= 2 * self.workers:
+                    done, future = pending.popleft()
+                    yield Trained.one(done, future.result(), rnd.keep_models)
+            while pending:
+                done, future = pending.popleft()
+                yield Trained.one(done, future.result(), rnd.keep_models)
+        finally:
+            for _, future in pending:
+                future.cancel()
+            for _, future in pending:
+                if not future.cancelled():
+                    future.exception()  # wait: no thread may still run after the round
+            torch.set_num_threads(outer)
+
     def close(self) -> None:
-        """Nothing to release."""
+        """Stop the worker threads, if any."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -47,13 +47,13 @@ EVEN = {
 def test_auto_compiles_only_long_runs_with_a_compiler(monkeypatch):
     short = build_federation(make_config({**EVEN, "rounds": 2}))
     assert auto.balance(short) == 1.0
-    assert auto.choose(short, threads=2)[:2] == ("vmap", False)
+    assert auto.choose(short, threads=2)[:3] == ("vmap", False, 1)
     # 9 clients, 5 per round, digits split 9 ways (~200 samples), batch 16, 2 epochs: ~26 steps
     long = build_federation(make_config({**EVEN, "rounds": 1000}))
     assert auto.client_steps(long) >= auto.COMPILE_CLIENT_STEPS
     assert auto.choose(long, threads=2)[:2] == ("vmap", True)
     monkeypatch.setattr(auto.shutil, "which", lambda name: None)
-    name, compiled, why = auto.choose(long, threads=2)
+    name, compiled, _, why = auto.choose(long, threads=2)
     assert (name, compiled) == ("vmap", False) and "compiler" in why
 
 
@@ -61,16 +61,16 @@ def test_auto_keeps_uneven_clients_sequential_until_compiling_pays():
     # BASE: Dirichlet alpha = 0.5 over 9 clients; a vmapped chunk runs its largest client's steps
     ragged = build_federation(make_config({**BASE, "rounds": 2}))
     assert auto.balance(ragged) < auto.MIN_BALANCE
-    name, compiled, why = auto.choose(ragged, threads=2)
-    assert (name, compiled) == ("sequential", False) and "uneven clients" in why
+    name, compiled, workers, why = auto.choose(ragged, threads=2)
+    assert (name, compiled, workers) == ("sequential", False, 2) and "uneven clients" in why
     long = build_federation(make_config({**BASE, "rounds": 1000}))
     assert auto.choose(long, threads=2)[:2] == ("vmap", True)
 
 
 def test_auto_keeps_one_cpu_thread_sequential_until_compiling_pays():
     short = build_federation(make_config({**BASE, "rounds": 2}))
-    name, compiled, why = auto.choose(short, threads=1)
-    assert (name, compiled) == ("sequential", False) and "one CPU thread" in why
+    name, compiled, workers, why = auto.choose(short, threads=1)
+    assert (name, compiled, workers) == ("sequential", False, 1) and "one CPU thread" in why
     longer = build_federation(make_config({**BASE, "rounds": 500}))
     steps = auto.client_steps(longer)
     assert auto.COMPILE_CLIENT_STEPS <= steps < auto.COMPILE_CLIENT_STEPS_ONE_THREAD
@@ -79,11 +79,15 @@ def test_auto_keeps_one_cpu_thread_sequential_until_compiling_pays():
     assert auto.choose(longest, threads=1)[:2] == ("vmap", True)
 
 
-def test_auto_keeps_convolutions_sequential_on_a_cpu():
+def test_auto_keeps_convolutions_sequential_on_a_cpu(monkeypatch):
     cfg = {k: v for k, v in BASE.items() if k != "model.hidden"}
     fed = build_federation(make_config({**cfg, "model": "resnet20", "model.norm": "group"}))
-    name, compiled, why = auto.choose(fed, threads=2)
-    assert (name, compiled) == ("sequential", False) and "convolutions" in why
+    name, compiled, workers, why = auto.choose(fed, threads=2)
+    assert (name, compiled, workers) == ("sequential", False, 2) and "convolutions" in why
+    # on three threads, three clients at a time; never with dropout (timing-dependent draws)
+    assert auto.choose(fed, threads=3)[2] == 3
+    monkeypatch.setattr(auto, "draws_random_numbers", lambda model: True)
+    assert auto.choose(fed, threads=2)[:3] == ("sequential", False, 1)
 
 
 def test_auto_writes_its_choice_to_the_summary(tmp_path, capsys):

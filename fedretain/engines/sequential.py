@@ -40,8 +40,8 @@ def draws_random_numbers(model: nn.Module) -> bool:
 
 def _inputs(rounds: Rounds, rnd: OpenRound, cid: int) -> tuple[Tree, Batch, list[np.ndarray]]:
     """Client ``cid``'s state, data and mini-batch plan for the round."""
-    plan = rounds.clients.plan(cid, rnd.info, rounds.algorithm)
-    return rounds.client_state(cid, rnd.downlink), rounds.clients.data(cid), plan
+    state, data = rounds.client_state(cid, rnd.downlink), rounds.clients.data(cid)
+    return state, data, rounds.clients.plan(cid, rnd.info, rounds.algorithm)
 
 
 class SequentialEngine:

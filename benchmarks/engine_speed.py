@@ -50,7 +50,9 @@ import torch.nn.functional as F
 
 CLIENTS, SAMPLES, EPOCHS, BATCH, LR = 100, 60, 5, 10, 0.05
 MODELS = {"cnn-fedavg": {}, "mlp": {"hidden": [200, 200, 200]}}
-DEFAULT_VARIANTS = "loop,sequential,vmap-10,vmap-25,vmap-10-compiled,vmap-25-compiled,flower"
+DEFAULT_VARIANTS = (
+    "loop,sequential,sequential-w2,vmap-10,vmap-25,vmap-10-compiled,vmap-25-compiled,flower"
+)
 PFL_PYTHON = os.environ.get("PFL_PYTHON", "pflenv/bin/python")
 
 

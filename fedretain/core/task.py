@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, grad
+from torch.func import grad
 
 from fedretain.core.tree import Tree, tree_clone
 from fedretain.data.base import as_float
 from fedretain.losses import Loss
 from fedretain.losses.ce import ce
+from fedretain.models.registry import substituted_call
 
 Batch = dict[str, Tensor]
 
@@ -74,7 +75,7 @@ class Task:
         tensors = {**params, **buffers}
         if train:
             return self.train_call(self.model, tensors, (x,)), buffers
-        return functional_call(self.model, tensors, (x,), tie_weights=False), buffers
+        return substituted_call(self.model, tensors, (x,)), buffers
 
     def train_call(
         self, module: nn.Module, tensors: Tree, args: tuple, kwargs: dict | None = None
@@ -83,9 +84,9 @@ class Task:
         sharing its parameters): under ``torch.autocast`` when :attr:`autocast` is set, its
         tensors (or lists and tuples of them) then returned in float32."""
         if self.autocast is None:
-            return functional_call(module, tensors, args, kwargs, tie_weights=False)
+            return substituted_call(module, tensors, args, kwargs)
         with torch.autocast(args[0].device.type, dtype=self.autocast):
-            out = functional_call(module, tensors, args, kwargs, tie_weights=False)
+            out = substituted_call(module, tensors, args, kwargs)
         return _float32(out)
 
     def batch_loss(

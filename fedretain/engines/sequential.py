@@ -9,7 +9,9 @@ parameters into the module, so threads cannot share one): PyTorch's kernels rele
 and on small batches N one-threaded clients use N cores better than one client on N intra-op
 threads (``benchmarks/RESULTS.md``, "Clients on threads"). Each client's numbers are those of
 the engine with ``threads=1``, whatever the threads' timing; updates come back in the round's
-order, with at most ``2 N`` clients in flight. Models that draw random numbers in training
+order, with at most ``2 N`` clients in flight. Modules an algorithm holds itself (DGR's
+generator) are shared by the threads, one forward pass at a time
+(:func:`~fedretain.models.registry.substituted_call`). Models that draw random numbers in training
 (dropout, from torch's global generator) keep ``workers=1``: their draws would depend on the
 threads' timing.
 """

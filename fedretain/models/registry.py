@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +67,34 @@ def build_model(
     return ProjectedModel(model, dim, check_num_classes(name, num_classes))
 
 
+# one lock per module whose parameters functional calls swap (see substituted_call)
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def substituted_call(
+    module: nn.Module,
+    tensors: dict[str, Tensor],
+    args: tuple,
+    kwargs: dict | None = None,
+    owner: nn.Module | None = None,
+) -> Any:
+    """``torch.func.functional_call(module, tensors, args, kwargs, tie_weights=False)``, one
+    thread at a time per module: the call swaps ``tensors`` into the module's attributes for the
+    forward pass, so two threads calling one module at once would see each other's parameters
+    (the sequential engine's ``engine.workers`` gives each thread its own copy of the run's model,
+    but an algorithm's own modules, such as replay's generator, are shared). ``owner``: the
+    module whose attributes are swapped when ``module`` only wraps it. The backward pass needs
+    no lock: autograd holds the substituted tensors themselves."""
+    key = module if owner is None else owner
+    lock = _LOCKS.get(key)
+    if lock is None:
+        with _LOCKS_GUARD:
+            lock = _LOCKS.setdefault(key, threading.RLock())
+    with lock:
+        return functional_call(module, tensors, args, kwargs, tie_weights=False)
+
+
 class _MethodCall(nn.Module):
     def __init__(self, model: nn.Module, method: str) -> None:
         super().__init__()
@@ -90,4 +120,4 @@ def functional_method(
     """
     wrapper = _MethodCall(model, method)
     tensors = {f"model.{k}": v for k, v in params_and_buffers.items()}
-    return functional_call(wrapper, tensors, args, kwargs, tie_weights=False)
+    return substituted_call(wrapper, tensors, args, kwargs, owner=model)

@@ -217,3 +217,15 @@ def test_sigkill_inside_a_task_then_resume_matches_uninterrupted(tmp_path):
     subprocess.run([*cli, *args, "--out", str(full)], env=env, check=True, capture_output=True)
     for name in ("metrics.jsonl", "continual.jsonl"):
         assert _strip(read_jsonl(killed / name)) == _strip(read_jsonl(full / name))
+
+
+@pytest.mark.parametrize("method", ["fedlwf2t", "fedavg+acgan", "fedprox+dgr", "fedcil"])
+def test_clients_on_threads_give_the_one_thread_runs_numbers(tmp_path, method):
+    # engine.workers=2 on one torch thread: the run's model is copied per thread, while DGR's
+    # generator is the algorithm's own module, shared by the threads (one forward at a time)
+    overrides = {k: v for k, v in METHODS[method].items() if k != "model.hidden"}
+    base = {k: v for k, v in CI.items() if not (k == "model.hidden" and "model" in overrides)}
+    for name, extra in (("one", {}), ("two", {"engine.workers": 2})):
+        run_experiment(make_config({**base, **overrides, **extra}), tmp_path / name, progress=False)
+    rows = [_strip(read_jsonl(tmp_path / d / "metrics.jsonl")) for d in ("one", "two")]
+    assert rows[0] == rows[1] and len(rows[0]) > 1

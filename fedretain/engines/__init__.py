@@ -24,7 +24,8 @@ ENGINES = Registry("engine")
 ENGINES.add(
     "auto",
     auto_engine,
-    "vmap where the algorithm and model allow it (compiled for long runs), else sequential",
+    "vmap where the algorithm, model and threads make it faster (compiled for long runs), "
+    "else sequential (several clients at a time with several threads)",
 )
 ENGINES.add(
     "sequential",

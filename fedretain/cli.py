@@ -46,6 +46,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from fedretain.core.tree import tree_numel
     from fedretain.recipe.config import load_config
     from fedretain.recipe.federation import build_federation
+    from fedretain.registry import kind
 
     configs = [a for a in args.items if a.endswith(".toml") and "=" not in a]
     overrides = [a for a in args.items if a not in configs]
@@ -53,6 +54,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         raise FedRetainError(f"validate takes one config file, got {', '.join(configs)}")
     cfg = load_config(configs[0] if configs else None, overrides)
     fed = build_federation(cfg)  # loads the data, splits it, builds the model and the algorithm
+    kind("engine").build(cfg.engine, cfg.engine_params, fed).close()  # checks its options
     sizes = [len(p) for p in fed.parts]
     params, _ = fed.task.init()
     print(

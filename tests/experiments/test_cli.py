@@ -226,10 +226,15 @@ def test_validate_checks_config_and_data_without_training(tmp_path, capsys):
     exp = tmp_path / "exp.toml"
     exp.write_text('dataset = "digits"\nmodel = "mlp"\nclients = 10\n[partition]\nname = "iid"\n')
     code, out, _ = run_cli(["validate", str(exp), "rounds=7"], capsys)
-    assert code == 0 and out.startswith("ok: fedavg on digits") and "10 clients" in out
-    assert "7 rounds" in out and not list(tmp_path.glob("*/metrics.jsonl"))
+    ok = out.splitlines()[-1]
+    assert code == 0 and ok.startswith("ok: fedavg on digits") and "10 clients" in ok
+    assert "engine=auto: " in out  # the engine is built too: its choice is printed
+    assert "7 rounds" in ok and not list(tmp_path.glob("*/metrics.jsonl"))
     code, _, err = run_cli(["validate", str(exp), "clients=100000"], capsys)
     assert code == 2 and "more clients (100000) than samples" in err
+    # the engine's options are checked (they were only refused when a run started)
+    code, _, err = run_cli(["validate", str(exp), "engine=sequential", "engine.workers=0"], capsys)
+    assert code == 2 and "engine.workers must be an integer >= 1" in err
 
 
 def test_run_needs_out_or_resume(capsys):

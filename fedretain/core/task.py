@@ -26,6 +26,14 @@ from fedretain.losses.ce import ce
 from fedretain.models.registry import substituted_call
 
 Batch = dict[str, Tensor]
+CONVOLUTIONS = (
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+)
 
 
 def _float32(out: Any) -> Any:
@@ -51,9 +59,10 @@ class Task:
 
     @cached_property
     def convolutional(self) -> bool:
-        """Whether the model has a convolution (evaluation then feeds it NHWC batches on a CPU,
-        and takes smaller batches by default)."""
-        return any(isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d) for m in self.model.modules())
+        """Whether the model has a convolution, transposed or not (evaluation then feeds it NHWC
+        batches on a CPU and takes smaller batches by default; ``engine=auto`` keeps it off
+        the vectorised engine on a CPU)."""
+        return any(isinstance(m, CONVOLUTIONS) for m in self.model.modules())
 
     def init(self) -> tuple[Tree, Tree]:
         """The module's current parameters and buffers, as detached copies."""

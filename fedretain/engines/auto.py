@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from fedretain.engines.sequential import SequentialEngine, draws_random_numbers
 from fedretain.engines.vmap import VmapEngine, vectorisable
@@ -86,11 +85,6 @@ def balance(fed: Any) -> float:
     return float(steps.mean() / steps.max())
 
 
-def has_convolutions(model: nn.Module) -> bool:
-    """Whether ``model`` has a convolution layer (any dimension)."""
-    return any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
-
-
 def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, int, str]:
     """``(engine, compiled, workers, why)`` for the federation ``fed`` with ``threads`` torch
     threads (default: torch's current number); ``workers`` is the sequential engine's."""
@@ -109,7 +103,7 @@ def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, int, str]:
         if steps < COMPILE_CLIENT_STEPS_CUDA:
             return "vmap", False, 1, f"CUDA; {steps:,} client steps < {COMPILE_CLIENT_STEPS_CUDA:,}"
         return "vmap", True, 1, f"CUDA; {steps:,} client steps >= {COMPILE_CLIENT_STEPS_CUDA:,}"
-    if has_convolutions(fed.task.model):
+    if fed.task.convolutional:
         return (
             "sequential",
             False,

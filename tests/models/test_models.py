@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -188,18 +189,27 @@ def test_grad_through_functional_call(case):
             assert g.abs().sum() > 0, n
 
 
+def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||a - ref|| / ||ref||`` in float64 (0 when both are 0)."""
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_vmap_over_clients_equals_loop(case):
+    """vmap over clients gives each client its own gradient: exactly (float64, where the
+    batched and unbatched kernels agree to rounding), and in float32 to float32's accuracy
+    measured against the float64 gradient."""
     name, shape, params = case
     if name in ("vgg11", "resnet9", "resnet18"):
         shape = (3, 16, 16)  # the same layers and batching rules as on 32x32, a quarter the time
     model = _build(name, shape, params).eval()  # eval: deterministic dropout for the comparison
+    model64 = copy.deepcopy(model).double()
     base = _params(model)
     clients = 3
     g = torch.Generator().manual_seed(2)
     # distinct clients: perturb each copy by ~10% (Fixup's zero head would otherwise hide
-    # differences); larger perturbations make float32 rounding differences between batched and
-    # unbatched convs grow through deep nets
+    # differences): mixing up clients gives errors of order 1 in every check below
     scale = {n: v.abs().mean().item() or 0.01 for n, v in base.items()}
     copies = [
         {
@@ -208,29 +218,47 @@ def test_vmap_over_clients_equals_loop(case):
         }
         for _ in range(clients)
     ]
-    stacked = {n: torch.stack([c[n] for c in copies]) for n in base}
     data = [_data(shape, seed=10 + k) for k in range(clients)]
     xs = torch.stack([x for x, _ in data])
     ys = torch.stack([y for _, y in data])
 
-    def objective(p, x, y):
-        logits = functional_call(model, p, (x,))
-        return F.cross_entropy(logits, y), logits
+    def objective(m: nn.Module):
+        def f(p, x, y):
+            logits = functional_call(m, p, (x,))
+            return F.cross_entropy(logits, y), logits
 
-    grads, logits = vmap(grad(objective, has_aux=True))(stacked, xs, ys)
-    assert logits.shape == (clients, BATCH, NUM_CLASSES)
+        return f
+
+    def batched(m: nn.Module, dtype: torch.dtype):
+        stacked = {n: torch.stack([c[n] for c in copies]).to(dtype) for n in base}
+        return vmap(grad(objective(m), has_aux=True))(stacked, xs.to(dtype), ys)
+
+    grads64, logits64 = batched(model64, torch.float64)
+    grads32, logits32 = batched(model, torch.float32)
+    assert logits32.shape == (clients, BATCH, NUM_CLASSES)
     for k in range(clients):
-        ref_grads, ref_logits = grad(objective, has_aux=True)(copies[k], xs[k], ys[k])
-        # float32: tolerances relative to each tensor's scale (mixing up clients would give
-        # differences of order 1). Typical errors are ~1e-6 of the scale, but a first conv's
-        # weight gradient sums 8,192 terms on 64x64 inputs that nearly cancel: on an AVX-512
-        # CPU (oneDNN's kernels, and torch's own) resnet20's came out 2.3e-3 off the float64
-        # value for one client, batched or not, against 1.6e-7 with ONEDNN_MAX_CPU_ISA=AVX2
-        tol = 1e-4 * ref_logits.abs().max().item()
-        torch.testing.assert_close(logits[k], ref_logits, rtol=1e-4, atol=tol)
+        ref_grads, ref_logits = grad(objective(model64), has_aux=True)(
+            {n: v.double() for n, v in copies[k].items()}, xs[k].double(), ys[k]
+        )
+        # float64: the batching rules are exact; what is left is float64 rounding (1e-16)
+        # amplified by cancellation in a conv's weight gradient (at most ~1e5 seen in float32)
+        assert _rel_err(logits64[k], ref_logits) < 1e-10
         for n in base:
-            tol = 1e-2 * ref_grads[n].abs().max().item() + 1e-8
-            torch.testing.assert_close(grads[n][k], ref_grads[n], rtol=1e-3, atol=tol, msg=n)
+            assert _rel_err(grads64[n][k], ref_grads[n]) < 1e-9, n
+        # float32 against the float64 gradient. Seen on AVX-512 and AVX2 kernels, one thread
+        # and several (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1):
+        # logits 1e-6; the whole gradient <= 4.5e-4; one tensor <= 4.3e-3 (resnet18 without
+        # norm, a deep conv's bias gradient summing terms that nearly cancel, where the
+        # batched (grouped) conv kernel differs from the plain one). A mixed-up client is off
+        # by order 1; the bounds below keep 10x over the worst seen.
+        assert _rel_err(logits32[k], ref_logits) < 1e-4
+        whole = math.sqrt(
+            sum((grads32[n][k].double() - ref_grads[n]).square().sum().item() for n in base)
+            / sum(ref_grads[n].square().sum().item() for n in base)
+        )
+        assert whole < 5e-3
+        for n in base:
+            assert _rel_err(grads32[n][k], ref_grads[n]) < 5e-2, n
 
 
 def test_cnn2_dropout_under_vmap_needs_randomness():

@@ -19,6 +19,10 @@ same name computes from the same replies:
   ``θ − 2f`` values closest to their median (El Mhamdi et al., ICML 2018; ``Bulyan``); it needs
   ``n ≥ 4f + 3`` and, like Flower's, leaves the model unchanged in a round with fewer clients.
 
+Krum, Multi-Krum and Bulyan refuse a config whose rounds are expected to be too small:
+``clients_per_round`` under uniform participation, ``clients × (p_min + p_max) / 2`` under
+Bernoulli participation (whose rounds vary: Bulyan's shorter ones leave the model unchanged).
+
 A function returns None to leave the global model unchanged this round.
 """
 
@@ -33,7 +37,7 @@ from torch import Tensor
 
 from fedretain.core.tree import Tree, leaves, tree_map, tree_weighted_mean
 from fedretain.errors import ConfigError
-from fedretain.registry import Registry
+from fedretain.registry import Registry, kind
 
 log = logging.getLogger("fedretain")
 
@@ -70,6 +74,10 @@ def median() -> Aggregator:
 
 
 def trimmed_mean(beta: float = 0.2) -> Aggregator:
+    """Per coordinate, the mean without the ``int(beta n)`` smallest and largest values.
+
+    :param beta: the fraction cut from each tail, in [0, 0.5)
+    """
     if not 0 <= beta < 0.5:
         raise ValueError(f"aggregator.beta must be in [0, 0.5), got {beta}")
 
@@ -103,12 +111,19 @@ def multikrum_select(stacked: Tree, num_malicious: int, num_select: int) -> Tens
     return torch.argsort(scores, stable=True)[:num_select]
 
 
+def _at_least(key: str, value: int, low: int) -> None:
+    if value < low:
+        raise ValueError(f"aggregator.{key} must be >= {low}, got {value}")
+
+
 def multikrum(num_malicious: int = 0, num_select: int = 1) -> Aggregator:
-    if num_malicious < 0 or num_select < 1:
-        raise ValueError(
-            "aggregator.num_malicious must be >= 0 and aggregator.num_select >= 1, got "
-            f"{num_malicious} and {num_select}"
-        )
+    """The weighted mean of the ``num_select`` clients with the lowest Krum scores.
+
+    :param num_malicious: f, the attackers tolerated (needs 2f + 3 clients a round)
+    :param num_select: the clients averaged (needs as many a round)
+    """
+    _at_least("num_malicious", num_malicious, 0)
+    _at_least("num_select", num_select, 1)
 
     def aggregate(stacked: Tree, weights: Tensor) -> Tree:
         keep = multikrum_select(stacked, num_malicious, num_select).to(weights.device)
@@ -119,13 +134,22 @@ def multikrum(num_malicious: int = 0, num_select: int = 1) -> Aggregator:
 
 
 def krum(num_malicious: int = 0) -> Aggregator:
+    """The client with the lowest Krum score.
+
+    :param num_malicious: f, the attackers tolerated (needs 2f + 3 clients a round)
+    """
     return multikrum(num_malicious, 1)
 
 
 def bulyan(num_malicious: int = 0) -> Aggregator:
+    """Multi-Krum's ``n − 2f`` clients, then per coordinate the mean of the ``n − 4f`` values
+    closest to their median.
+
+    :param num_malicious: f, the attackers tolerated (needs 4f + 3 clients a round; a round
+        with fewer leaves the model unchanged)
+    """
     f = num_malicious
-    if f < 0:
-        raise ValueError(f"aggregator.num_malicious must be >= 0, got {f}")
+    _at_least("num_malicious", f, 0)
 
     def aggregate(stacked: Tree, weights: Tensor) -> Tree | None:
         n = leaves(stacked)[0].shape[0]
@@ -148,19 +172,33 @@ def bulyan(num_malicious: int = 0) -> Aggregator:
     return aggregate
 
 
-def _needs(kind: str, minimum: Callable[[dict[str, Any]], int]) -> Callable[[Any], None]:
-    """A config check: the round's client count (uniform participation) must reach
-    ``minimum(params)``."""
+def expected_participants(cfg: Any) -> float:
+    """The clients expected in a round: ``clients_per_round`` (uniform participation), or
+    ``clients × (p_min + p_max) / 2`` (bernoulli: the mean of the p_i's distribution)."""
+    if cfg.participation != "bernoulli":
+        return cfg.clients_per_round
+    p = {**kind("participation").params("bernoulli"), **cfg.participation_params}
+    return cfg.clients * (p["p_min"] + p["p_max"]) / 2
+
+
+def _needs(name: str, minimum: Callable[[dict[str, Any]], int]) -> Callable[[Any], None]:
+    """A config check: the clients expected in a round must reach ``minimum(params)``."""
 
     def check(cfg: Any) -> None:
-        params = {**AGGREGATORS.params(kind), **cfg.aggregator_params}
+        params = {**AGGREGATORS.params(name), **cfg.aggregator_params}
         need = minimum(params)
-        if cfg.participation == "uniform" and cfg.clients_per_round < need:
-            shown = ", ".join(f"aggregator.{k}={v}" for k, v in cfg.aggregator_params.items())
-            raise ConfigError(
-                f"aggregator={kind}{' ' + shown if shown else ''} needs at least {need} clients "
-                f"per round, got clients_per_round={cfg.clients_per_round}"
-            )
+        expected = expected_participants(cfg)
+        if expected >= need:
+            return
+        shown = ", ".join(f"aggregator.{k}={v}" for k, v in cfg.aggregator_params.items())
+        head = f"aggregator={name}{' ' + shown if shown else ''} needs at least {need} clients"
+        if cfg.participation != "bernoulli":
+            raise ConfigError(f"{head} per round, got clients_per_round={cfg.clients_per_round}")
+        raise ConfigError(
+            f"{head} per round, but participation=bernoulli expects {expected:g} "
+            "(clients x (participation.p_min + participation.p_max) / 2); raise clients or "
+            "participation.p_min/p_max, or use participation=uniform"
+        )
 
     return check
 

@@ -7,6 +7,7 @@ learning-rate schedule needs no optimiser state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -17,6 +18,33 @@ from fedretain.core.tree import Tree, leaves, tree_map, tree_zeros_like
 from fedretain.registry import Registry
 
 Lr = float | Tensor
+
+
+def _finite_at_least(key: str, value: float, low: float, *, strict: bool = False) -> None:
+    """Refuse a ``key`` that is not a finite number ``> low`` (``strict``) or ``>= low``."""
+    if not (math.isfinite(value) and (value > low if strict else value >= low)):
+        raise ValueError(
+            f"{key} must be a finite number {'>' if strict else '>='} {low}, got {value}"
+        )
+
+
+def _fraction(key: str, value: float) -> None:
+    """Refuse a ``key`` outside ``[0, 1)`` (a decay rate: β, momentum)."""
+    if not 0 <= value < 1:
+        raise ValueError(f"{key} must be in [0, 1), got {value}")
+
+
+def step_counter(params: Tree) -> Tensor:
+    """A step count of an optimizer state: an int64 0-d tensor, exact at every count, a leaf of
+    the state tree (stacked under ``vmap``, checkpointed)."""
+    return torch.zeros((), dtype=torch.int64, device=leaves(params)[0].device)
+
+
+def power(beta: float, t: Tensor) -> Tensor:
+    """``beta ** t`` in float64, as ``torch.optim.Adam``'s Python-float bias corrections:
+    float32's is off by up to 1e-4 relative (β = 0.9999 at small ``t``). Multiplied into a
+    float32 tensor, the 0-d result takes the tensor's dtype."""
+    return beta ** t.to(torch.float64)
 
 
 @dataclass(frozen=True)
@@ -40,9 +68,13 @@ def sgd(momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False
     ``d = g + wd * p``; with momentum ``b = mu * b + d`` (``b = d`` at the first step, which
     the zero-initialised buffer gives exactly), ``d = b`` or, Nesterov, ``d + mu * b``;
     ``p = p - lr * d``.
+
+    :param momentum: heavy-ball momentum (0: none)
+    :param weight_decay: L2 penalty added to the gradient
+    :param nesterov: Nesterov momentum
     """
-    if momentum < 0 or weight_decay < 0:
-        raise ValueError("momentum and weight_decay must be >= 0")
+    _finite_at_least("optimizer.momentum", momentum, 0)
+    _finite_at_least("optimizer.weight_decay", weight_decay, 0)
 
     def init(params: Tree) -> Tree:
         return {"b": tree_zeros_like(params)} if momentum else {}
@@ -66,11 +98,25 @@ def sgd(momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False
 def adam(
     beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0
 ) -> Optimizer:
-    """Adam (Kingma & Ba, 2015) as ``torch.optim.Adam`` computes it (L2 weight decay)."""
+    """Adam (Kingma & Ba, 2015) as ``torch.optim.Adam`` computes it (L2 weight decay; the bias
+    corrections in float64 from an exact step count, as torch's Python floats).
+
+    :param beta1: decay of the first moment, in [0, 1)
+    :param beta2: decay of the second moment, in [0, 1)
+    :param eps: added to the denominator's square root
+    :param weight_decay: L2 penalty added to the gradient
+    """
+    _fraction("optimizer.beta1", beta1)
+    _fraction("optimizer.beta2", beta2)
+    _finite_at_least("optimizer.eps", eps, 0)
+    _finite_at_least("optimizer.weight_decay", weight_decay, 0)
 
     def init(params: Tree) -> Tree:
-        t = torch.zeros((), device=leaves(params)[0].device)
-        return {"m": tree_zeros_like(params), "v": tree_zeros_like(params), "t": t}
+        return {
+            "m": tree_zeros_like(params),
+            "v": tree_zeros_like(params),
+            "t": step_counter(params),
+        }
 
     def update(grads: Tree, state: Tree, params: Tree, lr: Lr) -> tuple[Tree, Tree]:
         if weight_decay:
@@ -78,8 +124,8 @@ def adam(
         t = state["t"] + 1
         m = tree_map(lambda m, g: beta1 * m + (1 - beta1) * g, state["m"], grads)
         v = tree_map(lambda v, g: beta2 * v + (1 - beta2) * g * g, state["v"], grads)
-        c1 = 1 - beta1**t
-        c2 = 1 - beta2**t
+        c1 = 1 - power(beta1, t)
+        c2 = 1 - power(beta2, t)
         new = tree_map(lambda p, m, v: p - lr * (m / c1) / (torch.sqrt(v / c2) + eps), params, m, v)
         return new, {"m": m, "v": v, "t": t}
 
@@ -119,11 +165,14 @@ class ServerOptimizer:
 
 def server_sgd(lr: float = 1.0, momentum: float = 0.0, nesterov: bool = False) -> ServerOptimizer:
     """``b ← μ b + g``, ``x ← x − η b`` (FedAvgM, Hsu et al. 2019; ``momentum=0``: FedAvg with
-    server learning rate ``lr``)."""
-    if not lr > 0:
-        raise ValueError(f"server_opt.lr must be > 0, got {lr}")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"server_opt.momentum must be in [0, 1), got {momentum}")
+    server learning rate ``lr``).
+
+    :param lr: the server learning rate, finite and > 0 (1 with no momentum: FedAvg)
+    :param momentum: server momentum, in [0, 1)
+    :param nesterov: Nesterov momentum
+    """
+    _finite_at_least("server_opt.lr", lr, 0, strict=True)
+    _fraction("server_opt.momentum", momentum)
     opt = sgd(momentum=momentum, nesterov=nesterov)
 
     def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
@@ -137,20 +186,26 @@ def _adaptive(
     name: str,
     second: Callable[[Tensor, Tensor], Tensor],
     hparams: dict[str, float | bool],
-    eta: Callable[[Tensor], float | Tensor] | None = None,
+    eta: Callable[[Tensor], Tensor] | None = None,
 ) -> ServerOptimizer:
     """The shared shape of FedAdagrad, FedAdam and FedYogi: ``m ← β1 m + (1 − β1) Δ``,
     ``v ← second(v, Δ)``, ``x ← x + η_t m / (√v + τ)`` with ``Δ = −g = agg(y) − x``;
-    ``η_t = eta(t)`` at the t-th update (default: ``lr``)."""
+    ``η_t = eta(t)`` at the t-th update (default: ``lr``).
+
+    ``t`` counts the server's updates, not its rounds: a round that leaves the model unchanged
+    (no client reachable, every update dropped, Bulyan short of clients) leaves ``m``, ``v``
+    and ``t`` unchanged too, so ``eta(t)``'s bias correction always matches the number of
+    moment updates. Flower 1.41 counts rounds instead; the two agree whenever every round
+    updates the model."""
+    _finite_at_least("server_opt.lr", float(hparams["lr"]), 0, strict=True)
+    _finite_at_least("server_opt.tau", float(hparams["tau"]), 0, strict=True)
+    for key in ("beta1", "beta2"):
+        if key in hparams:
+            _fraction(f"server_opt.{key}", float(hparams[key]))
     lr, tau, beta1 = hparams["lr"], hparams["tau"], hparams.get("beta1", 0.0)
-    if not lr > 0 or not tau > 0 or not 0 <= beta1 < 1:
-        raise ValueError(
-            f"{name} needs server_opt.lr > 0, server_opt.tau > 0 and 0 <= server_opt.beta1 < 1"
-        )
 
     def init(x: Tree) -> Tree:
-        t = torch.zeros((), device=leaves(x)[0].device)
-        return {"m": tree_zeros_like(x), "v": tree_zeros_like(x), "t": t}
+        return {"m": tree_zeros_like(x), "v": tree_zeros_like(x), "t": step_counter(x)}
 
     def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
         m = tree_map(lambda m, g: beta1 * m - (1 - beta1) * g, state["m"], g)
@@ -171,11 +226,19 @@ def fedadam(
     bias_correction: bool = True,
 ) -> ServerOptimizer:
     """FedAdam: ``v ← β2 v + (1 − β2) Δ²``. With ``bias_correction`` the step is
-    ``η √(1 − β2^(t+1)) / (1 − β1^(t+1))`` at the t-th update, as Flower 1.41's ``FedAdam``
-    computes it; without, the paper's Algorithm 2 (``η``)."""
+    ``η √(1 − β2^(t+1)) / (1 − β1^(t+1))`` at the t-th update (t = 1, 2, ...; in float64), as
+    Flower 1.41's ``FedAdam`` computes it at round t; without, the paper's Algorithm 2
+    (``η``). ``t`` counts updates, not rounds (see :func:`_adaptive`).
+
+    :param lr: the server learning rate η, finite and > 0
+    :param beta1: decay of the first moment m, in [0, 1)
+    :param beta2: decay of the second moment v, in [0, 1)
+    :param tau: the adaptivity τ added to √v, finite and > 0
+    :param bias_correction: Flower's correction of η from the count of updates
+    """
 
     def corrected(t: Tensor) -> Tensor:
-        return lr * torch.sqrt(1 - beta2 ** (t + 1)) / (1 - beta1 ** (t + 1))
+        return lr * torch.sqrt(1 - power(beta2, t + 1)) / (1 - power(beta1, t + 1))
 
     hparams = {"lr": lr, "beta1": beta1, "beta2": beta2, "tau": tau}
     return _adaptive(
@@ -189,7 +252,14 @@ def fedadam(
 def fedyogi(
     lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3
 ) -> ServerOptimizer:
-    """FedYogi: ``v ← v − (1 − β2) Δ² sign(v − Δ²)``."""
+    """FedYogi: ``v ← v − (1 − β2) Δ² sign(v − Δ²)`` (no bias correction, as the paper and
+    Flower).
+
+    :param lr: the server learning rate η, finite and > 0
+    :param beta1: decay of the first moment m, in [0, 1)
+    :param beta2: rate of the second moment v, in [0, 1)
+    :param tau: the adaptivity τ added to √v, finite and > 0
+    """
     return _adaptive(
         "yogi",
         lambda v, g: v - (1 - beta2) * g * g * torch.sign(v - g * g),
@@ -198,7 +268,11 @@ def fedyogi(
 
 
 def fedadagrad(lr: float = 0.1, tau: float = 1e-3) -> ServerOptimizer:
-    """FedAdagrad: ``v ← v + Δ²``, ``m = Δ`` (β1 = 0, as the paper's Algorithm 2 and Flower)."""
+    """FedAdagrad: ``v ← v + Δ²``, ``m = Δ`` (β1 = 0, as the paper's Algorithm 2 and Flower).
+
+    :param lr: the server learning rate η, finite and > 0
+    :param tau: the adaptivity τ added to √v, finite and > 0
+    """
     return _adaptive("adagrad", lambda v, g: v + g * g, {"lr": lr, "tau": tau})
 
 

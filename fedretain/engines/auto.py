@@ -30,12 +30,12 @@ the sequential engine's numbers up to floating-point summation order:
    (the largest client's), so that one graph per step kind and chunk size serves every round.
 
 Wherever this picks the sequential engine on a CPU with several torch threads, it trains as
-many clients at a time as there are threads, each on one thread (``engine.workers``, unless
-the model draws random numbers in training): on two cores, 1.16-1.40x the one-at-a-time
-engine on the engine benchmark's CNN, 0.90-1.31x (median 1.07x) on pfl-research's CIFAR-10
-round, 1.18-1.31x on the main job's MLP round (``benchmarks/RESULTS.md``, "Clients on
-threads"). Each client's numbers are then those of ``threads=1``: the two-thread engine's up
-to summation order.
+many clients at a time as there are threads, each on one thread (unless the model draws random
+numbers in training; ``engine.workers=N`` sets N instead, wherever it keeps the sequential
+engine): on two cores, 1.16-1.40x the one-at-a-time engine on the engine benchmark's CNN,
+0.90-1.31x (median 1.07x) on pfl-research's CIFAR-10 round, 1.18-1.31x on the main job's MLP
+round (``benchmarks/RESULTS.md``, "Clients on threads"). Each client's numbers are then those
+of ``threads=1``: the two-thread engine's up to summation order.
 
 On a CPU the vectorised engine takes :data:`CPU_CHUNK` clients per call unless ``engine.chunk``
 says otherwise (chunks of 25 and 50 were no faster on the MLP and 1.5x slower on the CNN); on
@@ -85,12 +85,13 @@ def balance(fed: Any) -> float:
     return float(steps.mean() / steps.max())
 
 
-def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, int, str]:
+def choose(fed: Any, threads: int | None = None, workers: int = 0) -> tuple[str, bool, int, str]:
     """``(engine, compiled, workers, why)`` for the federation ``fed`` with ``threads`` torch
-    threads (default: torch's current number); ``workers`` is the sequential engine's."""
+    threads (default: torch's current number); ``workers`` is the sequential engine's: the
+    given one (``engine.workers``), or 0 for the rule's."""
     threads = threads or torch.get_num_threads()
     device = fed.device.type
-    workers = (
+    workers = workers or (
         threads
         if device == "cpu" and threads > 1 and not draws_random_numbers(fed.task.model)
         else 1
@@ -116,7 +117,7 @@ def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, int, str]:
         return "vmap", True, 1, f"{threads} CPU thread(s); {steps:,} client steps >= {threshold:,}"
     short = f"{steps:,} client steps < {threshold:,}" if compiler else "no C++ compiler"
     if threads == 1:
-        return "sequential", False, 1, f"one CPU thread; {short} to compile"
+        return "sequential", False, workers, f"one CPU thread; {short} to compile"
     even = balance(fed)
     if even < MIN_BALANCE:
         why = f"uneven clients (mean steps / largest client's {even:.2f} < {MIN_BALANCE})"
@@ -124,11 +125,19 @@ def choose(fed: Any, threads: int | None = None) -> tuple[str, bool, int, str]:
     return "vmap", False, 1, f"{threads} CPU threads; {short} to compile"
 
 
-def auto_engine(fed: Any, chunk: int = 0) -> VmapEngine | SequentialEngine:
-    """``engine=auto``: see the module's rule; ``chunk`` as ``engine=vmap``'s (0: the rule's)."""
+def auto_engine(fed: Any, chunk: int = 0, workers: int = 0) -> VmapEngine | SequentialEngine:
+    """``engine=auto``: see the module's rule.
+
+    :param chunk: clients per vectorised call where it picks the vectorised engine (0: 10 on a
+        CPU, sized to memory on CUDA)
+    :param workers: clients trained at a time on threads where it keeps the sequential engine
+        (0: one per torch thread on a CPU, 1 with dropout or on CUDA)
+    """
     if chunk < 0:
-        raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
-    name, compiled, workers, why = choose(fed)
+        raise ValueError(f"engine.chunk must be >= 0 (0: the rule's), got {chunk}")
+    if workers < 0:
+        raise ValueError(f"engine.workers must be >= 0 (0: the rule's), got {workers}")
+    name, compiled, workers, why = choose(fed, workers=workers)
     engine: VmapEngine | SequentialEngine
     if name == "vmap":
         size = chunk or (CPU_CHUNK if fed.device.type == "cpu" else 0)

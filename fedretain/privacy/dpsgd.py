@@ -157,7 +157,9 @@ def with_dpsgd(algorithm: Algorithm, dp: DPSGD) -> Algorithm:
 
 @functools.cache
 def composable_algorithms() -> tuple[str, ...]:
-    """The registered algorithms :func:`with_dpsgd` accepts (built with their defaults)."""
+    """The registered algorithms ``privacy=dpsgd`` accepts (built with their defaults): those
+    :func:`with_dpsgd` accepts, less the full-batch ones (``sgd``: one step on all of a client's
+    data, where DP-SGD divides by the expected mini-batch size), which a run refuses."""
     from fedretain.algorithms import ALGORITHMS, build_algorithm
 
     names = []
@@ -166,7 +168,8 @@ def composable_algorithms() -> tuple[str, ...]:
             algo = build_algorithm(name)
         except Exception:  # a factory that needs settings: leave it out
             continue
-        if algo.follows_local_rule() and name not in _RAW_DATA_OUTSIDE_STEP:
+        full_batch = algo.schedule == "full_batch"
+        if algo.follows_local_rule() and name not in _RAW_DATA_OUTSIDE_STEP and not full_batch:
             names.append(name)
     return tuple(names)
 

@@ -261,8 +261,10 @@ def parse_lr_schedule(text: str) -> list[tuple[int, float]]:
                 "e.g. lr_schedule='0=0.01, 1000=0.1'"
             ) from None
     for start, value in out:
-        if start < 0 or not value > 0:
-            raise ConfigError(f"lr_schedule: need ROUND >= 0 and LR > 0, got {start}={value}")
+        if start < 0 or not 0 < value < math.inf:
+            raise ConfigError(
+                f"lr_schedule: need ROUND >= 0 and a finite LR > 0, got {start}={value}"
+            )
     return sorted(out)
 
 
@@ -380,6 +382,14 @@ def _positive(cfg: Config, *keys: str, minimum: float = 1) -> None:
             raise ConfigError(f"{key} must be >= {minimum}, got {value}")
 
 
+def _finite(key: str, value: Any) -> None:
+    """Refuse NaN and infinity in a number (or a list of numbers) the config sets."""
+    values = value if isinstance(value, list) else [value]
+    bad = [v for v in values if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise ConfigError(f"{key} must be a finite number, got {toml_text(bad[0])}")
+
+
 def component_names(cfg: Config, prefix: str) -> list[str]:
     """The component(s) chosen for ``prefix`` (a list only for ``diagnostics``; none for an
     empty name)."""
@@ -398,7 +408,10 @@ def component_params(cfg: Config, prefix: str) -> dict[str, Any]:
 
 def validate(cfg: Config) -> None:
     """Check every value: scalars here, each component's name and parameters against its
-    registry (one place: :mod:`fedretain.registry`), then what the algorithm requires."""
+    registry (one place: :mod:`fedretain.registry`), then what the algorithm requires. No
+    number may be NaN or infinite."""
+    for key in _FIELDS:
+        _finite(key, getattr(cfg, key))
     _positive(
         cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every", "local_epochs"
     )
@@ -437,6 +450,7 @@ def validate(cfg: Config) -> None:
         for key, value in given.items():
             owner = next((n for n in names if key in registry.params(n)), names[0])
             checked.update(registry.check(owner, {key: value}, prefix))
+            _finite(f"{prefix}.{key}", checked[key])
         setattr(cfg, comp.params_field, checked)
     # what a component checks across the config; loss and tracking are named, without options
     picked = [(c.kind, n) for p, c in COMPONENTS.items() for n in component_names(cfg, p)]

@@ -3,6 +3,8 @@ strategies on the same replies, the FedAvgM identities, compositions and refusal
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,8 @@ from flwr.serverapp import strategy as flwr_strategy
 from fedretain.algorithms import build_algorithm
 from fedretain.algorithms.aggregators import AGGREGATORS
 from fedretain.algorithms.server import ServerStep
-from fedretain.core.optim import SERVER_OPTIMIZERS
+from fedretain.core.optim import SERVER_OPTIMIZERS, ServerOptimizer
+from fedretain.core.tree import tree_weighted_mean
 from fedretain.errors import ConfigError
 from fedretain.recipe.config import make_config
 from tests.tiny import run_rounds, tiny_engine, w
@@ -20,12 +23,12 @@ from tests.tiny import run_rounds, tiny_engine, w
 SHAPES = {"a": (3, 4), "b": (4,)}  # a small model of two arrays, no buffers
 
 
-def _replies(rnd: int, n: int = 7) -> tuple[list[dict[str, np.ndarray]], list[int]]:
+def _replies(
+    rnd: int, n: int = 7, dtype: type = np.float32
+) -> tuple[list[dict[str, np.ndarray]], list[int]]:
     """``n`` clients' models for round ``rnd`` and their sample counts (seeded)."""
     rng = np.random.default_rng([rnd, n])
-    models = [
-        {k: rng.normal(size=s).astype(np.float32) for k, s in SHAPES.items()} for _ in range(n)
-    ]
+    models = [{k: rng.normal(size=s).astype(dtype) for k, s in SHAPES.items()} for _ in range(n)]
     return models, [int(c) for c in rng.integers(5, 50, size=n)]
 
 
@@ -77,16 +80,22 @@ FLOWER_OPTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(FLOWER_OPTS))
-def test_server_optimizer_equals_flowers_strategy_over_rounds(name):
-    """FedAdam/FedYogi/FedAdagrad at the paper's β1, β2, τ: the same new global model as
-    Flower 1.41's strategy from the same replies and the same state, round after round."""
+def _flower_optimizer(name: str, opt: ServerOptimizer) -> flwr_strategy.FedOpt:
+    """Flower's strategy of the same name with ``opt``'s hyper-parameters."""
     cls, extra = FLOWER_OPTS[name]
-    opt = SERVER_OPTIMIZERS.build(name)
     h = opt.hparams
     theirs = getattr(flwr_strategy, cls)(eta=h["lr"], tau=h["tau"], **extra)
     if "beta1" in h:
         theirs.beta_1, theirs.beta_2 = h["beta1"], h["beta2"]
+    return theirs
+
+
+@pytest.mark.parametrize("name", list(FLOWER_OPTS))
+def test_server_optimizer_equals_flowers_strategy_over_rounds(name):
+    """FedAdam/FedYogi/FedAdagrad at the paper's β1, β2, τ: the same new global model as
+    Flower 1.41's strategy from the same replies and the same state, round after round."""
+    opt = SERVER_OPTIMIZERS.build(name)
+    theirs = _flower_optimizer(name, opt)
     rng = np.random.default_rng(0)
     x0 = {k: rng.normal(size=s).astype(np.float32) for k, s in SHAPES.items()}
     step = ServerStep(weighted=True, opt=opt)
@@ -101,6 +110,74 @@ def test_server_optimizer_equals_flowers_strategy_over_rounds(name):
         _close(state["x"], expected)
         current = {k: v.astype(np.float32) for k, v in expected.items()}
         state = {**state, "x": {k: torch.from_numpy(v) for k, v in current.items()}}
+
+
+# server lr 1 and β2 = 0.999: a float32 bias correction (β2^t) put FedAdam 4.7e-5 off Flower's
+FLOAT64_OPTS = {
+    "adam": {"lr": 1.0, "beta2": 0.999},
+    "yogi": {"lr": 1.0, "beta2": 0.999},
+    "adagrad": {"lr": 1.0},
+}
+
+
+def _float64_start() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {k: rng.normal(size=s) for k, s in SHAPES.items()}
+
+
+def _tensors(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v.copy()) for k, v in arrays.items()}
+
+
+@pytest.mark.parametrize("name", list(FLOWER_OPTS))
+def test_server_optimizer_equals_flowers_strategy_in_float64_to_1e_7(name):
+    """In float64 each side runs three rounds on its own (no resynchronising): Flower's own
+    ``aggregate_train`` and ours agree to 1e-7, so the step count and the bias correction are
+    exact; the count is an int64 tensor (a leaf of the checkpointed state)."""
+    opt = SERVER_OPTIMIZERS.build(name, FLOAT64_OPTS[name])
+    theirs = _flower_optimizer(name, opt)
+    x0 = _float64_start()
+    theirs.current_arrays = dict(x0)
+    step = ServerStep(weighted=True, opt=opt)
+    state = step.init(_tensors(x0), {})
+    for rnd in range(1, 4):
+        models, counts = _replies(rnd, dtype=np.float64)
+        record, _ = theirs.aggregate_train(rnd, _messages(models, counts))
+        state = step(state, _stacked(models), torch.tensor(counts, dtype=torch.float64))
+        expected = _flower_arrays(record)
+        _close(state["x"], expected, tol=1e-7)
+        theirs.current_arrays = expected  # what Flower's configure_train would set
+    t = state["server_opt"]["t"]
+    assert t.dtype == torch.int64 and int(t) == 3
+
+
+def test_adaptive_server_optimizers_count_updates_not_rounds():
+    """A round that leaves the model unchanged (here the aggregator declines it, as Bulyan
+    does short of clients) leaves x, m, v and t as they were: FedAdam's next step is Flower's
+    first (``server_round=1``), not its second, which Flower's round count would give."""
+
+    def declines_below_three(stacked: dict, weights: torch.Tensor) -> dict | None:
+        return None if len(weights) < 3 else tree_weighted_mean(stacked, weights)
+
+    opt = SERVER_OPTIMIZERS.build("adam", FLOAT64_OPTS["adam"])
+    step = ServerStep(weighted=True, aggregator=declines_below_three, opt=opt)
+    x0 = _float64_start()
+    state = step.init(_tensors(x0), {})
+    few, few_counts = _replies(0, 2, np.float64)
+    state = step(state, _stacked(few), torch.tensor(few_counts, dtype=torch.float64))
+    assert int(state["server_opt"]["t"]) == 0
+    assert not any(bool(v.any()) for v in state["server_opt"]["m"].values())
+    models, counts = _replies(1, 7, np.float64)
+    state = step(state, _stacked(models), torch.tensor(counts, dtype=torch.float64))
+    assert int(state["server_opt"]["t"]) == 1
+    theirs = {}
+    for server_round in (1, 2):
+        flower = _flower_optimizer("adam", opt)
+        flower.current_arrays = dict(x0)
+        record, _ = flower.aggregate_train(server_round, _messages(models, counts))
+        theirs[server_round] = _flower_arrays(record)
+    _close(state["x"], theirs[1], tol=1e-7)
+    assert not np.allclose(theirs[1]["a"], theirs[2]["a"], rtol=1e-5, atol=0)
 
 
 FLOWER_AGGREGATORS = {
@@ -192,6 +269,48 @@ def test_aggregator_options_are_checked_against_the_round():
     with pytest.raises(ConfigError, match=r"aggregator\.beta"):
         make_config({"aggregator": "trimmed_mean", "aggregator.beta": 0.6})
     make_config({"aggregator": "bulyan", "aggregator.num_malicious": 1, "clients_per_round": 7})
+
+
+OUT_OF_RANGE = [  # (component, its options, the refused key, what the message says of it)
+    ("server_opt=adam", {"beta2": 1.5}, "server_opt.beta2", r"must be in \[0, 1\), got 1\.5"),
+    ("server_opt=yogi", {"beta2": -0.1}, "server_opt.beta2", r"must be in \[0, 1\)"),
+    ("server_opt=adam", {"beta1": 1.0}, "server_opt.beta1", r"must be in \[0, 1\)"),
+    ("server_opt=adagrad", {"lr": -1}, "server_opt.lr", r"must be a finite number > 0"),
+    ("server_opt=adagrad", {"tau": 0}, "server_opt.tau", r"must be a finite number > 0"),
+    ("server_opt=sgd", {"momentum": 1.0}, "server_opt.momentum", r"must be in \[0, 1\)"),
+    ("aggregator=krum", {"num_malicious": -1}, "aggregator.num_malicious", r"must be >= 0"),
+    ("aggregator=multikrum", {"num_select": 0}, "aggregator.num_select", r"must be >= 1"),
+    ("optimizer=adam", {"beta2": 1.0}, "optimizer.beta2", r"must be in \[0, 1\)"),
+]
+
+
+@pytest.mark.parametrize(("component", "options", "key", "says"), OUT_OF_RANGE)
+def test_out_of_range_options_are_refused_naming_only_their_key(component, options, key, says):
+    prefix, _, name = component.partition("=")
+    values = {prefix: name, **{f"{prefix}.{k}": v for k, v in options.items()}}
+    with pytest.raises(ConfigError, match=re.escape(key) + " " + says) as err:
+        make_config(values)
+    message = str(err.value)
+    assert "\n" not in message and set(re.findall(rf"{prefix}\.\w+", message)) == {key}
+
+
+def test_bernoulli_participation_is_checked_against_the_aggregators_clients_per_round():
+    """Bulyan with f = 1 needs 7 clients: 20 clients reachable with p_i ~ U[0.02, 0.2] give
+    2.2 a round, so Bulyan would leave the model unchanged in nearly every round: refused at
+    validation, as a uniform draw of too few clients is."""
+    bernoulli = {"participation": "bernoulli", "clients": 20, "clients_per_round": 10}
+    bulyan = {"aggregator": "bulyan", "aggregator.num_malicious": 1}
+    with pytest.raises(
+        ConfigError, match=r"needs at least 7 clients .*bernoulli expects 2\.2"
+    ) as e:
+        make_config({**bernoulli, **bulyan})
+    assert "participation.p_min" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(
+        ConfigError, match=r"krum needs at least 3 clients .*bernoulli expects 0\.22 "
+    ):
+        make_config({**bernoulli, "aggregator": "krum", "clients": 2, "clients_per_round": 2})
+    wide = {"participation.p_min": 0.5, "participation.p_max": 0.9}  # 14 expected
+    make_config({**bernoulli, **bulyan, **wide})
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,21 @@ def test_auto_writes_its_choice_to_the_summary(tmp_path, capsys):
     assert summary["engine"] == "vmap"
     assert summary["engine_choice"].startswith("vmap, chunk 10: 2 CPU threads")
     assert "engine=auto: vmap, chunk 10" in capsys.readouterr().out
+
+
+def test_auto_takes_engine_workers_for_the_sequential_engine_it_keeps(capsys):
+    """``engine.workers=N`` under the default ``engine=auto``: N clients at a time wherever auto
+    keeps the sequential engine (here one torch thread, whose rule is one at a time); the
+    vectorised engine, where auto picks it, is unaffected."""
+    short = {**BASE, "rounds": 2, "threads": 1}
+    cfg = make_config({**short, "engine.workers": 2})
+    assert cfg.engine == "auto" and cfg.engine_params == {"workers": 2}
+    _fed, rounds = build_rounds(cfg)
+    assert isinstance(rounds.engine, SequentialEngine) and rounds.engine.workers == 2
+    assert "sequential, 2 workers: one CPU thread" in capsys.readouterr().out
+    even = build_federation(make_config({**EVEN, "rounds": 2}))
+    assert auto.choose(even, threads=2, workers=3)[:3] == ("vmap", False, 1)
+    fed = build_federation(make_config(short))
+    assert auto.choose(fed, threads=2, workers=1)[:3] == ("sequential", False, 1)
+    with pytest.raises(ValueError, match=r"engine\.workers must be >= 0"):
+        auto.auto_engine(fed, workers=-1)

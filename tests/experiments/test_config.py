@@ -53,6 +53,31 @@ def test_bad_values_name_key_value_and_choices(values, message):
         make_config(values)
 
 
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"lr": INF}, r"^lr must be a finite number, got inf$"),
+        ({"lr": NAN}, r"^lr must be a finite number, got nan$"),
+        ({"val_fraction": -INF}, r"^val_fraction must be a finite number, got -inf$"),
+        ({"lr_schedule": "0=0.01, 10=inf"}, r"^lr_schedule: need .*a finite LR > 0, got 10=inf$"),
+        ({"algorithm": "fedprox", "algo.mu": INF}, r"^algo\.mu must be a finite number, got inf$"),
+        ({"optimizer.momentum": NAN}, r"^optimizer\.momentum must be a finite number, got nan$"),
+        ({"server_opt": "adam", "server_opt.lr": INF}, r"^server_opt\.lr must be a finite"),
+        ({"server_opt": "sgd", "server_opt.lr": NAN}, r"^server_opt\.lr must be a finite"),
+        ({"aggregator": "trimmed_mean", "aggregator.beta": NAN}, r"^aggregator\.beta must be"),
+        ({"partition": "dirichlet", "partition.alpha": INF}, r"^partition\.alpha must be a"),
+        ({"privacy": "dpsgd", "privacy.noise_multiplier": INF}, r"^privacy\.noise_multiplier"),
+    ],
+)
+def test_nan_and_infinity_are_refused_in_one_line_naming_the_key(values, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        make_config(values)
+    assert "\n" not in str(err.value)
+
+
 def test_evaluation_batch_defaults_to_100_for_a_convolutional_model_on_a_cpu():
     from fedretain.recipe.federation import build_federation
 

@@ -191,12 +191,34 @@ def test_transformed_algorithm_records_settings_and_leaves_vmap():
 
 def test_composable_algorithms():
     names = composable_algorithms()
-    assert {"fedavg", "fedprox", "feddyn", "fedavgm", "sgd"} <= set(names)
+    assert {"fedavg", "fedprox", "feddyn", "fedavgm"} <= set(names)
     assert not {"fedreg", "moon", "mimelite", "fedmlb", "scaffold", "fedcurv"} & set(names)
     task, batch = mlp_task(), data(8, (6,), 3)
     for name in names:  # each trains (two noised steps) and stays finite
         update = train(with_dpsgd(build_algorithm(name), DPSGD(1.0, 1.0, 4)), task, batch, PLAN[:2])
         assert all(bool(v.isfinite().all()) for up in update.uplink.values() for v in up.values())
+
+
+def test_the_composable_list_is_what_privacy_dpsgd_accepts():
+    """The algorithms a refusal lists are those ``privacy=dpsgd`` accepts: not ``sgd``, whose
+    full-batch step a run refuses (DP-SGD divides by the expected mini-batch size)."""
+    from fedretain.algorithms import ALGORITHMS
+    from fedretain.recipe.config import make_config, privacy_mechanism
+
+    mechanism = privacy_mechanism(make_config({"privacy": "dpsgd"}))
+    listed = composable_algorithms()
+    assert "sgd" not in listed
+    for name in ALGORITHMS:
+        try:
+            algo = build_algorithm(name)
+        except ConfigError:  # the continual methods need a scenario's settings
+            continue
+        try:
+            mechanism.apply(algo, nn.Linear(6, 3))
+        except ConfigError as e:
+            assert name not in listed, f"{name} listed, then refused: {e}"
+        else:
+            assert name in listed, f"{name} accepted but not listed"
 
 
 @pytest.mark.parametrize("name", ["fedreg", "moon", "scaffold", "mimelite", "gradma", "fedcurv"])

@@ -12,7 +12,12 @@ learns ``tasks`` tasks of ``classes_per_task`` new classes
 (:func:`~fedretain.continual.tasks.class_incremental_tasks`), ``rounds_per_task`` rounds each,
 so a run has ``rounds = tasks * rounds_per_task`` rounds. The paper's defaults: 5 clients, all
 taking part every round (``clients=5 clients_per_round=5``), 5 tasks of 2 classes, 40 rounds
-per task, 400 local iterations per round (``local_steps=400``), batch 32, Adam at 1e-4.
+per task, 400 local iterations per round (``local_steps=400``), batch 32, Adam at 1e-4. Each
+client draws its own classes, so the tasks pooled over clients overlap.
+
+``scenario.order=[[0,1],[2,3],[4,5]]`` instead gives every client the same disjoint tasks in
+that order (:func:`~fedretain.continual.tasks.fixed_order_tasks`), the classic
+class-incremental benchmark; ``tasks`` and ``classes_per_task`` then follow the order.
 
 The task of round ``r`` (0-based) is ``r // rounds_per_task``: the server and every client
 compute it from the round alone (:meth:`ClassIncremental.task_of`), so an algorithm that keeps
@@ -30,8 +35,10 @@ import numpy as np
 from fedretain.continual.tasks import (
     TaskData,
     TaskPlan,
+    check_order,
     class_incremental_tasks,
     describe,
+    fixed_order_tasks,
     seen_classes,
     task_classes,
 )
@@ -49,11 +56,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ClassIncremental:
-    """The settings of a class-incremental scenario (see the module docstring)."""
+    """The settings of a class-incremental scenario (see the module docstring); ``order``:
+    every client's task sequence (sorted class tuples), None for per-client draws."""
 
     tasks: int = 5
     classes_per_task: int = 2
     rounds_per_task: int = 40
+    order: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def num_rounds(self) -> int:
@@ -70,16 +79,23 @@ class ClassIncremental:
 
     def plan(self, labels: np.ndarray, num_classes: int, clients: int, seed: int) -> TaskPlan:
         """The task plan of ``clients`` clients over the training labels."""
+        if self.order is not None:
+            check_order(self.order, num_classes, "scenario.order")
+            return fixed_order_tasks(labels, num_classes, self.order, clients, seed)
         return class_incremental_tasks(
             labels, num_classes, clients, self.tasks, self.classes_per_task, seed
         )
 
 
 def class_incremental(
-    tasks: int = 5, classes_per_task: int = 2, rounds_per_task: int = 40
+    tasks: int = 5,
+    classes_per_task: int = 2,
+    rounds_per_task: int = 40,
+    order: list | None = None,
 ) -> ClassIncremental:
     """FedCIL's class-incremental scenario: ``tasks`` tasks of ``classes_per_task`` classes per
-    client, ``rounds_per_task`` rounds each."""
+    client, ``rounds_per_task`` rounds each; with ``order`` (e.g. ``[[0, 1], [2, 3]]``) every
+    client learns those tasks in that order, and ``tasks``, ``classes_per_task`` follow it."""
     for key, value in (
         ("tasks", tasks),
         ("classes_per_task", classes_per_task),
@@ -87,7 +103,10 @@ def class_incremental(
     ):
         if value < 1:
             raise ValueError(f"{key} must be >= 1, got {value}")
-    return ClassIncremental(tasks, classes_per_task, rounds_per_task)
+    if order is None:
+        return ClassIncremental(tasks, classes_per_task, rounds_per_task)
+    fixed = check_order(order, key="scenario.order")
+    return ClassIncremental(len(fixed), len(fixed[0]), rounds_per_task, fixed)
 
 
 class ContinualData:
@@ -134,7 +153,8 @@ class ContinualData:
         s = self.scenario
         head = (
             f"class_incremental: {s.tasks} tasks x {s.rounds_per_task} rounds = "
-            f"{s.num_rounds} rounds"
+            f"{s.num_rounds} rounds, "
+            + ("one class order for every client" if s.order else "classes drawn per client")
         )
         return head + "\n" + describe(self.plan, class_names)
 
@@ -151,9 +171,19 @@ def scenario_of(cfg: Any) -> ClassIncremental | None:
 
 
 def _check(cfg: Any) -> None:
-    """What a class-incremental run needs from the rest of the config."""
+    """What a class-incremental run needs from the rest of the config. With ``scenario.order``
+    it sets ``scenario.tasks`` and ``scenario.classes_per_task`` from the order, so that the
+    resolved config (``config.toml``) states them."""
     s = scenario_of(cfg)
     assert s is not None
+    given = cfg.scenario_params
+    if s.order is not None:
+        for key, value in (("tasks", s.tasks), ("classes_per_task", s.classes_per_task)):
+            if given.setdefault(key, value) != value:
+                raise ConfigError(
+                    f"scenario.order has {value} {key.replace('_', ' ')} but scenario.{key}="
+                    f"{given[key]}; set scenario.{key}={value} or leave it out (the order sets it)"
+                )
     if cfg.rounds != s.num_rounds:
         raise ConfigError(
             f"scenario {cfg.scenario} runs scenario.tasks * scenario.rounds_per_task = "

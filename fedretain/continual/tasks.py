@@ -20,8 +20,16 @@ Learning*, ICLR 2023, arXiv:2302.13001, Appendix A (data) and Appendix D (deside
   :func:`seen_classes` ``(plan, t)``, every class any client has learnt so far
   (desideratum 5); :func:`class_indices` selects them.
 
-:func:`class_incremental_tasks` is a pure function of its arguments built on
-``np.random.default_rng(seed)``, like the partitions of :mod:`fedretain.data.partition`.
+The classic class-incremental benchmark instead fixes one class order for every client
+(:func:`fixed_order_tasks`, e.g. ``[[0, 1], [2, 3], ...]``): the tasks are disjoint, and each
+class's samples are split as above over all the clients. With per-client draws the tasks
+pooled over clients overlap (a class of one client's task 0 is another's task 2), so a later
+task retrains old classes elsewhere: forgetting measured there is understated and can be
+negative.
+
+:func:`class_incremental_tasks` and :func:`fixed_order_tasks` are pure functions of their
+arguments built on ``np.random.default_rng(seed)``, like the partitions of
+:mod:`fedretain.data.partition`.
 """
 
 from __future__ import annotations
@@ -38,9 +46,11 @@ __all__ = [
     "TaskData",
     "TaskPlan",
     "TaskView",
+    "check_order",
     "class_incremental_tasks",
     "class_indices",
     "describe",
+    "fixed_order_tasks",
     "seen_classes",
     "task_classes",
 ]
@@ -78,6 +88,28 @@ class TaskPlan:
                     "every client of a TaskPlan must have the same number (>= 1) of tasks, "
                     "with one class tuple and one index array per task"
                 )
+        for u, per in enumerate(self.classes):
+            seen: dict[int, int] = {}
+            for t, cls in enumerate(per):
+                if not cls:
+                    raise ConfigError(
+                        f"client {u}'s task {t} of the TaskPlan is empty; every task needs at "
+                        "least one class"
+                    )
+                for c in cls:
+                    if not 0 <= c < self.num_classes:
+                        raise ConfigError(
+                            f"class {c} of client {u}'s task {t} is out of range for "
+                            f"num_classes={self.num_classes}; use class ids "
+                            f"0..{self.num_classes - 1}"
+                        )
+                    if c in seen:
+                        where = f"task {t}" if seen[c] == t else f"tasks {seen[c]} and {t}"
+                        raise ConfigError(
+                            f"class {c} appears twice in client {u}'s {where} of the TaskPlan; a "
+                            "client learns each class once"
+                        )
+                    seen[c] = t
 
     @property
     def num_clients(self) -> int:
@@ -179,7 +211,15 @@ def class_incremental_tasks(
     # every client: a uniformly random ordered draw of per_client classes, cut into tasks
     order = np.argsort(rng.random((clients, present.size)), axis=1, kind="stable")
     drawn = np.sort(present[order[:, :per_client]].reshape(clients, tasks, k), axis=2)
+    return _split(labels, num_classes, drawn, rng)
 
+
+def _split(
+    labels: np.ndarray, num_classes: int, drawn: np.ndarray, rng: np.random.Generator
+) -> TaskPlan:
+    """The plan of ``drawn[client, task]`` (sorted classes): each class's samples split at
+    random, as evenly as possible, over the (client, task) slots that hold it."""
+    clients, tasks, k = drawn.shape
     # the holders of each class, (client, task) slots numbered client * tasks + task, in a
     # random order within each class (who gets the larger parts of an uneven split)
     cls_flat = drawn.reshape(-1)
@@ -192,7 +232,7 @@ def class_incremental_tasks(
     if short.size:
         c = int(short[0])
         raise DataError(
-            f"class {c} has {counts[c]} training samples but {holders[c]} clients drew it and "
+            f"class {c} has {counts[c]} training samples but {holders[c]} clients learn it and "
             "each needs at least one; use fewer clients or a dataset with more samples"
         )
 
@@ -223,6 +263,84 @@ def class_incremental_tasks(
         indices=tuple(tuple(parts[u * tasks : (u + 1) * tasks]) for u in range(clients)),
         num_classes=num_classes,
     )
+
+
+def check_order(
+    order: object, num_classes: int | None = None, key: str = "order"
+) -> tuple[Classes, ...]:
+    """``order`` (a list of tasks, each a list of class ids) as sorted class tuples, after
+    checking it: at least one task, every task non-empty and of the same size, integer class
+    ids in ``0..num_classes - 1`` (when given), no class in two tasks. ``key`` names it in the
+    one-line :class:`ConfigError`."""
+    example = "e.g. [[0, 1], [2, 3]]"
+    if isinstance(order, str) or not isinstance(order, Sequence) or not order:
+        raise ConfigError(
+            f"{key} must be a non-empty list of tasks, each a list of class ids, {example}; "
+            f"got {order!r}"
+        )
+    where: dict[int, int] = {}
+    for t, task in enumerate(order):
+        if isinstance(task, str) or not isinstance(task, Sequence):
+            raise ConfigError(
+                f"task {t} of {key} is {task!r}, not a list of class ids; write one list per "
+                f"task, {example}"
+            )
+        if not task:
+            raise ConfigError(f"task {t} of {key} is empty; give every task at least one class")
+        for c in task:
+            if isinstance(c, bool) or not isinstance(c, Integral):
+                raise ConfigError(
+                    f"{key} has {c!r} in task {t}, which is not a class id; write integers, "
+                    f"{example}"
+                )
+            if c < 0:
+                raise ConfigError(f"class {c} in task {t} of {key} is negative; use ids >= 0")
+            if num_classes is not None and c >= num_classes:
+                raise ConfigError(
+                    f"class {c} in task {t} of {key} is out of range for the dataset's "
+                    f"{num_classes} classes; use class ids 0..{num_classes - 1}"
+                )
+            if int(c) in where:
+                first = where[int(c)]
+                tasks = f"task {t}" if first == t else f"tasks {first} and {t}"
+                raise ConfigError(
+                    f"class {c} appears twice in {key} ({tasks}); put each class in one task once"
+                )
+            where[int(c)] = t
+    sizes = [len(task) for task in order]
+    if len(set(sizes)) > 1:
+        raise ConfigError(
+            f"the tasks of {key} have {', '.join(map(str, sizes))} classes; give every task "
+            "the same number of classes"
+        )
+    return tuple(tuple(sorted(int(c) for c in task)) for task in order)
+
+
+def fixed_order_tasks(
+    labels: np.ndarray,
+    num_classes: int,
+    order: Sequence[Sequence[int]],
+    clients: int = 5,
+    seed: int = 0,
+) -> TaskPlan:
+    """The same task sequence ``order`` for every client (``order[t]``: the classes of task
+    ``t``, e.g. ``[[0, 1], [2, 3]]``), each class's training samples split at random, evenly
+    and disjointly, over the clients: the tasks are disjoint, the classic class-incremental
+    benchmark. Deterministic in ``seed``. Raises :class:`ConfigError` for a bad ``order``
+    (:func:`check_order`) and :class:`DataError` for a class with fewer samples than clients.
+    """
+    num_classes = _check_int("num_classes", num_classes, 1)
+    clients = _check_int("clients", clients, 1)
+    seed = _check_int("seed", seed, 0)
+    tasks = check_order(order, num_classes)
+    labels = _labels(labels, num_classes)
+    empty = sorted(set(sum(tasks, ())) - set(np.unique(labels).tolist()))
+    if empty:
+        raise DataError(
+            f"class {empty[0]} of the task order has no training samples; leave it out of the order"
+        )
+    drawn = np.broadcast_to(np.array(tasks, dtype=np.int64), (clients, *np.shape(tasks)))
+    return _split(labels, num_classes, drawn, np.random.default_rng(seed))
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,7 +395,7 @@ def describe(plan: TaskPlan, class_names: Sequence[str] | None = None) -> str:
     seen = [len(seen_classes(plan, t)) for t in range(plan.num_tasks)]
     lines = [
         f"{plan.num_clients} clients x {plan.num_tasks} tasks of {plan.classes_per_task} "
-        f"classes; {len(drawn)} of {plan.num_classes} classes drawn; {int(sizes.sum())} "
+        f"classes; {len(drawn)} of {plan.num_classes} classes used; {int(sizes.sum())} "
         f"samples, {sizes.min()}..{sizes.max()} per client and task",
         "classes seen after each task: " + " ".join(str(s) for s in seen),
     ]

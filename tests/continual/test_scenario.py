@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedretain.continual.tasks import seen_classes
+from fedretain.cli import main
+from fedretain.continual.tasks import class_incremental_tasks, seen_classes
 from fedretain.errors import ConfigError
 from fedretain.experiments.run import Run, run_experiment
-from fedretain.files import read_jsonl
+from fedretain.files import read_jsonl, write_toml
 from fedretain.metrics.continual import average_accuracy, average_forgetting, backward_transfer
-from fedretain.recipe.config import make_config
+from fedretain.recipe.config import config_from_text, load_config, make_config, resolved
 from fedretain.recipe.federation import build_federation, describe_task_plan
 
 CI = {
@@ -56,6 +57,90 @@ def test_config_refuses_what_a_scenario_cannot_run():
         make_config({**CI, "partition": "dirichlet"})
     with pytest.raises(ConfigError, match=r"scenario\.tsks"):
         make_config({**CI, "scenario.tsks": 3})
+
+
+ORDER = [[5, 4], [3, 2], [1, 0]]
+FIXED = {
+    **{k: v for k, v in CI.items() if k not in ("scenario.tasks", "scenario.classes_per_task")},
+    "scenario.order": ORDER,
+}
+
+
+def test_fixed_order_reads_from_the_command_line_and_toml(tmp_path):
+    flags = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in FIXED.items()]
+    assert "scenario.order=[[5, 4], [3, 2], [1, 0]]" in flags
+    cli = load_config(overrides=[*flags[:-1], "scenario.order=[[5,4],[3,2],[1,0]]"])
+    toml = tmp_path / "fixed.toml"
+    toml.write_text('[scenario]\nname = "class_incremental"\norder = [[5, 4], [3, 2], [1, 0]]\n')
+    rest = [f for f in flags if f.split("=")[0] not in ("scenario", "scenario.order")]
+    from_file = load_config(toml, rest)
+    write_toml(tmp_path / "resolved.toml", resolved(cli))
+    again = config_from_text((tmp_path / "resolved.toml").read_text())
+    for cfg in (cli, from_file, again):
+        fed = build_federation(cfg)
+        assert fed.continual.scenario.tasks == 3 and fed.continual.scenario.classes_per_task == 2
+        assert fed.continual.plan.classes == (((4, 5), (2, 3), (0, 1)),) * 3
+
+
+def test_per_client_draw_stays_the_default():
+    cfg = make_config(CI)
+    assert "order" not in resolved(cfg)["scenario"]  # config.toml and checkpoints unchanged
+    fed = build_federation(cfg)
+    labels = fed.dataset.train_labels
+    assert fed.continual.plan == class_incremental_tasks(labels, 10, 3, 3, 2, cfg.seed)
+
+
+def test_fixed_order_run_evaluates_the_order_tasks_and_forgets(tmp_path):
+    summary = run_experiment(make_config(FIXED), tmp_path, progress=False)
+    assert summary["task_classes"] == [[4, 5], [2, 3], [0, 1]]
+    matrix = summary["accuracy_matrix"]
+    assert len(matrix) == 3 and summary["average_forgetting"] > 0
+    text = describe_task_plan(make_config(FIXED), build_federation(make_config(FIXED)).dataset)
+    assert text.startswith("class_incremental: 3 tasks x 2 rounds = 6 rounds, one class order")
+
+
+def test_fixed_order_run_resumes_from_its_folder(tmp_path, capsys):
+    cfg = make_config({**FIXED, "checkpoint_every": 100})
+    run_experiment(cfg, tmp_path / "whole", progress=False)
+    run = Run(cfg, tmp_path / "cut")
+    run.start()
+    for rnd in range(3):
+        run.evaluate(run.round(rnd))
+    run.checkpoint()
+    assert main(["run", "--resume", str(tmp_path / "cut")]) == 0, capsys.readouterr().err
+    for name in ("metrics.jsonl", "continual.jsonl"):
+        assert _strip(read_jsonl(tmp_path / "cut" / name)) == _strip(
+            read_jsonl(tmp_path / "whole" / name)
+        )
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"scenario.tasks": 4}, "scenario.order has 3 tasks but scenario.tasks=4; set "),
+        ({"scenario.classes_per_task": 3}, "set scenario.classes_per_task=2 or leave it out"),
+        ({"scenario.order": [[5, 4], [3, 5], [1, 0]]}, "class 5 appears twice in scenario."),
+        ({"scenario.order": [[5, 4], [], [1, 0]]}, "task 1 of scenario.order is empty"),
+        ({"scenario.order": [[5, 4], [3, "2"], [1, 0]]}, "scenario.order has '2' in task 1"),
+        ({"scenario.order": "5,4"}, "scenario.order must be a non-empty list of tasks"),
+        ({"scenario.order": [[5, 4], [3, 2]]}, "set rounds=4"),
+    ],
+)
+def test_config_refuses_a_bad_class_order(changes, words):
+    with pytest.raises(ConfigError) as e:
+        make_config({**FIXED, **changes})
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_class_out_of_range_for_the_dataset_is_one_line_exit_2(tmp_path, capsys):
+    args = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in FIXED.items()]
+    args[-1] = "scenario.order=[[5,4],[3,2],[1,10]]"
+    assert main(["run", *args, "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: class 10 in task 2 of scenario.order is out of range for the dataset's 10 "
+        "classes; use class ids 0..9"
+    ]
 
 
 def test_clients_see_only_their_current_task_and_evaluation_uses_seen_classes(tmp_path):

@@ -13,9 +13,11 @@ from fedretain.continual.tasks import (
     TaskData,
     TaskPlan,
     TaskView,
+    check_order,
     class_incremental_tasks,
     class_indices,
     describe,
+    fixed_order_tasks,
     seen_classes,
     task_classes,
 )
@@ -72,6 +74,86 @@ def test_paper_setting_mnist_like():
     assert sizes == [40] * 25
 
 
+def test_per_client_draw_is_unchanged():
+    # pinned: the default plans (and so existing runs' numbers) stay what they were
+    plan = class_incremental_tasks(balanced_labels(10, 100), 10, 3, 2, 2, seed=5)
+    assert plan.classes == (((7, 8), (3, 4)), ((1, 9), (2, 6)), ((3, 9), (1, 6)))
+    heads = [[a[:4].tolist() for a in per] for per in plan.indices]
+    assert heads == [
+        [[4, 5, 7, 22], [0, 13, 15, 19]],
+        [[3, 20, 21, 31], [1, 2, 9, 17]],
+        [[6, 14, 41, 44], [10, 11, 24, 29]],
+    ]
+
+
+def test_fixed_order_gives_every_client_the_same_disjoint_tasks():
+    labels = balanced_labels(10, 100)
+    order = [[9, 8, 7], [6, 5, 4], [3, 2, 1]]
+    plan = fixed_order_tasks(labels, 10, order, clients=5, seed=0)
+    check_plan(plan, labels, 5, 3, 3)
+    expected = ((7, 8, 9), (4, 5, 6), (1, 2, 3))
+    assert all(per == expected for per in plan.classes)
+    assert [task_classes(plan, t) for t in range(3)] == list(expected)
+    assert seen_classes(plan, 1) == (4, 5, 6, 7, 8, 9)
+    assert [p.size for per in plan.indices for p in per] == [60] * 15  # 3 x 100 / 5 clients
+    assert not np.isin(0, labels[np.concatenate([p for per in plan.indices for p in per])])
+    assert plan == fixed_order_tasks(labels, 10, order, clients=5, seed=0)
+    assert plan != fixed_order_tasks(labels, 10, order, clients=5, seed=1)
+
+
+@pytest.mark.parametrize(
+    ("order", "words"),
+    [
+        ([[1, 2], [2, 3]], "class 2 appears twice in order (tasks 0 and 1)"),
+        ([[1, 1]], "class 1 appears twice in order (task 0)"),
+        ([[1, 10]], "class 10 in task 0 of order is out of range for the dataset's 10 classes"),
+        ([[-1]], "class -1 in task 0 of order is negative"),
+        ([[1], []], "task 1 of order is empty"),
+        ([[1, "2"]], "order has '2' in task 0, which is not a class id"),
+        ([[1.0]], "order has 1.0 in task 0, which is not a class id"),
+        ([[True]], "order has True in task 0, which is not a class id"),
+        ([1, 2], "task 0 of order is 1, not a list of class ids"),
+        ("1,2", "order must be a non-empty list of tasks"),
+        ([], "order must be a non-empty list of tasks"),
+        ([[1, 2], [3]], "the tasks of order have 2, 1 classes"),
+    ],
+)
+def test_bad_class_orders(order, words):
+    with pytest.raises(ConfigError) as e:
+        fixed_order_tasks(balanced_labels(10, 5), 10, order, clients=2)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_class_order_is_checked_without_a_dataset_and_names_its_key():
+    assert check_order([[3, 1], [0, 2]]) == ((1, 3), (0, 2))
+    assert check_order([[99]]) == ((99,),)  # the range is checked once the dataset is known
+    with pytest.raises(ConfigError, match=r"twice in scenario\.order"):
+        check_order([[1], [1]], key="scenario.order")
+
+
+def test_fixed_order_needs_samples_of_every_class():
+    with pytest.raises(DataError, match="class 3 of the task order has no training samples"):
+        fixed_order_tasks(np.repeat([0, 1, 2], 5), 4, [[0, 1], [2, 3]], clients=1)
+    with pytest.raises(DataError, match="has 2 training samples but 3 clients learn it"):
+        fixed_order_tasks(np.repeat([0, 1], 2), 2, [[0], [1]], clients=3)
+
+
+@pytest.mark.parametrize(
+    ("classes", "words"),
+    [
+        ((((0, 1), (1, 2)),), "class 1 appears twice in client 0's tasks 0 and 1"),
+        ((((0, 0), (1, 2)),), "class 0 appears twice in client 0's task 0"),
+        ((((0, 1), (2, 6)),), "class 6 of client 0's task 1 is out of range for num_classes=6"),
+        ((((0, 1), ()),), "client 0's task 1 of the TaskPlan is empty"),
+    ],
+)
+def test_task_plan_refuses_impossible_classes(classes, words):
+    empty = np.array([], dtype=np.int64)
+    with pytest.raises(ConfigError) as e:
+        TaskPlan(classes=classes, indices=((empty, empty),), num_classes=6)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
 def test_deterministic_in_seed():
     labels = balanced_labels(26, 30)
     a = class_incremental_tasks(labels, 26, clients=4, tasks=3, classes_per_task=2, seed=3)
@@ -123,7 +205,7 @@ def test_plan_property(num_classes, n, clients, tasks, k, seed):
         try:
             plan = call()
         except DataError as err:
-            assert "\n" not in str(err) and "clients drew it" in str(err)
+            assert "\n" not in str(err) and "clients learn it" in str(err)
             return
         check_plan(plan, labels, clients, tasks, k)
         return
@@ -156,7 +238,7 @@ def test_data_errors():
     with pytest.raises(DataError, match="empty"):
         class_incremental_tasks(np.array([], dtype=np.int64), 2, clients=1, tasks=1)
     # 2 classes, 1 sample each, 3 clients each drawing both: not enough samples
-    with pytest.raises(DataError, match="has 1 training samples but 3 clients drew it"):
+    with pytest.raises(DataError, match="has 1 training samples but 3 clients learn it"):
         class_incremental_tasks(np.array([0, 1]), 2, clients=3, tasks=1, classes_per_task=2)
 
 
@@ -193,7 +275,7 @@ def test_describe_table():
     plan = hand_plan()
     text = describe(plan)
     lines = text.splitlines()
-    assert lines[0].startswith("2 clients x 2 tasks of 2 classes; 6 of 6 classes drawn; 8 ")
+    assert lines[0].startswith("2 clients x 2 tasks of 2 classes; 6 of 6 classes used; 8 ")
     assert lines[1] == "classes seen after each task: 3 6"
     assert "task 0" in lines[2] and "task 1" in lines[2]
     assert lines[3].split() == ["client", "0", "0,1", "(2)", "2,3", "(2)"]

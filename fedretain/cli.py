@@ -11,29 +11,43 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
-from fedretain.errors import FedRetainError
+from fedretain.errors import FedRetainError, os_error_message
+
+
+def _config_and_overrides(config: str | None, items: list[str]) -> tuple[str | None, list[str]]:
+    """The config file (``--config FILE`` or a bare ``FILE.toml`` among the arguments) and the
+    KEY=VALUE settings."""
+    files = [a for a in items if a.endswith(".toml") and "=" not in a]
+    overrides = [a for a in items if a not in files]
+    files = [config, *files] if config else files
+    if len(files) > 1:
+        raise FedRetainError(f"one config file at a time, got {', '.join(files)}")
+    return (files[0] if files else None), overrides
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedretain.errors import ConfigError
-    from fedretain.experiments.run import run_experiment
+    from fedretain.experiments.run import check_out, run_experiment
     from fedretain.recipe.config import load_config
 
+    config, overrides = _config_and_overrides(args.config, args.overrides)
     if args.resume:
         out = Path(args.resume)
-        if args.config or (args.out and Path(args.out).resolve() != out.resolve()):
+        if config or args.overwrite or (args.out and Path(args.out).resolve() != out.resolve()):
             raise ConfigError(
-                "--resume DIR continues DIR with its own config.toml; drop --config/--out"
+                "--resume DIR continues DIR with its own config.toml; drop --config/--out/"
+                "--overwrite"
             )
         if not (out / "config.toml").is_file():
             raise ConfigError(f"cannot resume {out}: it holds no config.toml of a fedretain run")
-        cfg = load_config(out / "config.toml", args.overrides)
+        cfg = load_config(out / "config.toml", overrides)
     elif not args.out:
         raise ConfigError("run needs --out DIR for its results (or --resume DIR to continue one)")
     else:
         out = Path(args.out)
-        cfg = load_config(args.config, args.overrides)
-    summary = run_experiment(cfg, out, resume=bool(args.resume))
+        cfg = load_config(config, overrides)
+        check_out(out, args.overwrite)  # an old run is removed once the new one is built
+    summary = run_experiment(cfg, out, resume=bool(args.resume), overwrite=args.overwrite)
     print(
         f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "
         f"top {summary['top_accuracy']:.4f}, {summary['rounds']} rounds, "
@@ -48,11 +62,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from fedretain.recipe.federation import build_federation
     from fedretain.registry import kind
 
-    configs = [a for a in args.items if a.endswith(".toml") and "=" not in a]
-    overrides = [a for a in args.items if a not in configs]
-    if len(configs) > 1:
-        raise FedRetainError(f"validate takes one config file, got {', '.join(configs)}")
-    cfg = load_config(configs[0] if configs else None, overrides)
+    config, overrides = _config_and_overrides(args.config, args.items)
+    cfg = load_config(config, overrides)
     fed = build_federation(cfg)  # loads the data, splits it, builds the model and the algorithm
     kind("engine").build(cfg.engine, cfg.engine_params, fed).close()  # checks its options
     sizes = [len(p) for p in fed.parts]
@@ -68,7 +79,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from fedretain.experiments.report import compare
 
-    compare(args.dirs, args.out, reference=args.reference)
+    compare(args.dirs, args.out, reference=args.reference, allow_mixed=args.allow_mixed)
     print(f"report written to {Path(args.out) / 'report.md'}")
     return 0
 
@@ -80,7 +91,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from fedretain.recipe.config import load_config
     from fedretain.recipe.federation import describe_task_plan, make_clients
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(*_config_and_overrides(args.config, args.overrides))
     ds = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
     plan = describe_task_plan(cfg, ds)
     if plan is not None:  # a continual scenario: its task plan is the partition
@@ -95,10 +106,19 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def _cmd_privacy(args: argparse.Namespace) -> int:
+    from fedretain.errors import ConfigError
     from fedretain.experiments.privacy import Study, run_privacy
 
+    try:
+        images = tuple(int(i) for i in args.images.split(",") if i.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--images must be comma-separated training-image indices, e.g. 0,7; "
+            f"got {args.images!r}"
+        ) from None
     study = Study(
         targets=args.targets,
+        images=images,
         attack=args.attack,
         iterations=args.iterations,
         restarts=args.restarts,
@@ -114,6 +134,10 @@ def _cmd_privacy(args: argparse.Namespace) -> int:
         accs = ", ".join(f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items())
         line += f"; final accuracy: {accs}"
     print(f"{line}; report written to {Path(args.out) / 'report.md'}")
+    paths = [Path(args.out) / "grids" / f"{method}.png" for method in result["attacks"]]
+    grids = [str(p) for p in paths if p.exists()]
+    if grids:
+        print("reconstructions (originals on top): " + ", ".join(grids))
     return 0
 
 
@@ -132,7 +156,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         raise ConfigError("reproduce needs a preset NAME before its KEY=VALUE settings")
     if not args.out:
         raise ConfigError("reproduce needs --out DIR for its runs and report")
-    reproduce(names, args.out, args.scale, args.seeds, args.jobs, args.data_dir, extra)
+    done = reproduce(names, args.out, args.scale, args.seeds, args.jobs, args.data_dir, extra)
+    if done.diverged or done.failed:  # the report is written, but some rows have no result
+        print(f"error: {done.problem()}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -142,8 +169,15 @@ def _cmd_list(args: argparse.Namespace) -> int:
     registry = kind(LISTS[args.what])
     width = max(len(n) for n in registry)
     for name, entry in registry.items():
-        params = ", ".join(f"{k}={v!r}" for k, v in registry.params(name).items())
-        print(f"{name:<{width}}  {entry.description}" + (f"  [{params}]" if args.params else ""))
+        print(f"{name:<{width}}  {entry.description}")
+        if args.params:  # the config's options (a loss or a tracker has none)
+            from fedretain.recipe.config import COMPONENTS, toml_text
+
+            prefixes = [p for p, c in COMPONENTS.items() if c.kind == registry.kind]
+            for key, meaning in registry.meanings(name).items() if prefixes else ():
+                default = toml_text(registry.params(name)[key])
+                line = f"{prefixes[0]}.{key}={default}  {meaning}"
+                print(textwrap.fill(line, 100, initial_indent="    ", subsequent_indent="        "))
     return 0
 
 
@@ -161,6 +195,7 @@ LISTS = {
     "engines": "engine",
     "stores": "store",
     "diagnostics": "diagnostic",
+    "trackers": "tracker",
     "privacy": "privacy",
     "scenarios": "scenario",
     "replays": "replay",
@@ -244,16 +279,25 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run one experiment and write its results folder",
         description="Run one experiment and write its results folder. Settings come from the "
-        "defaults, then --config, then KEY=VALUE arguments (values read as TOML).",
+        "defaults, then --config (or a FILE.toml argument), then KEY=VALUE arguments (values "
+        "read as TOML).",
     )
     run.help_tail = settings_help
     run.add_argument("--config", help="a TOML file of settings")
-    run.add_argument("--out", help="results folder to write")
+    run.add_argument("--out", help="results folder to write: new or empty")
     run.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint")
-    run.add_argument("overrides", nargs="*", help="KEY=VALUE settings, e.g. algorithm=scaffold")
+    run.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (only a fedretain results folder is emptied)",
+    )
+    run.add_argument(
+        "overrides", nargs="*", help="[exp.toml] KEY=VALUE settings, e.g. algorithm=scaffold"
+    )
     run.set_defaults(fn=_cmd_run)
 
     val = sub.add_parser("validate", help="check a configuration (and its data) without training")
+    val.add_argument("--config", help="a TOML file of settings (or give it as an argument)")
     val.add_argument("items", nargs="*", help="[exp.toml] [KEY=VALUE ...]")
     val.set_defaults(fn=_cmd_validate)
 
@@ -265,12 +309,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="results folder of the reference run for R_a (SGD); repeat it, one per seed",
     )
+    cmp_.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="compare runs of different datasets, models, partitions or scenarios anyway",
+    )
     cmp_.set_defaults(fn=_cmd_compare)
 
     part = sub.add_parser("partition", help="summarise a partition and draw its heat map")
     part.add_argument("--config", help="a TOML file of settings")
     part.add_argument("--out", help="PNG heat map to write")
-    part.add_argument("overrides", nargs="*", help="KEY=VALUE, e.g. partition=dirichlet")
+    part.add_argument("overrides", nargs="*", help="[exp.toml] KEY=VALUE, e.g. partition=dirichlet")
     part.set_defaults(fn=_cmd_partition)
 
     priv = sub.add_parser(
@@ -283,7 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     priv.add_argument("--config", help="a TOML file of settings (the training setting)")
     priv.add_argument("--out", required=True, help="folder of the attacks, runs and report.md")
-    priv.add_argument("--targets", type=int, default=8, help="training images attacked")
+    priv.add_argument("--targets", type=int, default=8, help="training images attacked (drawn)")
+    priv.add_argument(
+        "--images",
+        default="",
+        help="chosen training images to attack, dataset indices I,J (instead of --targets)",
+    )
     priv.add_argument("--attack", default="ig", help="ig (default), dlg or idlg")
     priv.add_argument("--iterations", type=int, default=300, help="attack iterations")
     priv.add_argument("--restarts", type=int, default=1, help="attack restarts (lowest loss kept)")
@@ -304,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="reproduce a paper's table (or the demo): runs, report with verdicts",
         description="Run a preset's runs (resumably: finished runs are skipped, interrupted "
         "ones continued) and write DIR/report.md: the paper's numbers beside ours, each claim "
-        "with its verdict, plots, and the command that reproduces it.",
+        "with its verdict, plots, and the command that reproduces it. Exit status 1 when a "
+        "run failed or diverged (the report lists them), 2 on bad input.",
     )
     rep.add_argument("names", nargs="*", metavar="NAME", help="preset(s), or all; then KEY=VALUE")
     rep.add_argument("--list", action="store_true", help="list the presets")
@@ -325,7 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     lst = sub.add_parser("list", help="list what is available")
     lst.add_argument("what", choices=list(LISTS), help="the kind of component")
-    lst.add_argument("--params", action="store_true", help="also show each one's parameters")
+    lst.add_argument(
+        "--params",
+        action="store_true",
+        help="also show each one's parameters: config key, default and meaning",
+    )
     lst.set_defaults(fn=_cmd_list)
     return p
 
@@ -336,6 +395,9 @@ def dispatch(args: argparse.Namespace) -> int:
         return args.fn(args)
     except FedRetainError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or folder that cannot be read or written
+        print(f"error: {os_error_message(e, action='cannot use')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,12 +1,20 @@
 """Writing results atomically: every file goes to a temporary name, then is renamed.
 
 A crash (or SIGKILL) at any moment leaves either the old file or the new one, never a torn
-one: ``os.replace`` is atomic on POSIX file systems.
+one: ``os.replace`` is atomic on POSIX file systems. Files get the mode the umask implies
+(0644 under umask 022), as ``open`` would give them. A file-system error (full disk, no
+permission, a file where a folder should be) is an :class:`~fedretain.errors.OutputError`
+naming the path and the fix.
+
+JSON is always valid JSON: non-finite floats (a diverged run's loss) are written as the
+strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, and :func:`read_json` and
+:func:`read_jsonl` turn exactly those strings back into floats.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -14,6 +22,23 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+
+from fedretain.errors import OutputError, os_error_message
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (threads may be
+    creating files meanwhile)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> None:
@@ -23,17 +48,22 @@ def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> Non
     killed process, but not after a power loss (for scratch files synced later in bulk).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp's files are 0600
             f.write(data)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise OutputError(os_error_message(e, path)) from e
         raise
 
 
@@ -41,12 +71,42 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _encode(value: Any) -> Any:
+    """``value`` with its non-finite floats as the strings of :data:`NON_FINITE`."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode(value: Any) -> Any:
+    """The inverse of :func:`_encode`: exactly the strings of :data:`NON_FINITE` become floats."""
+    if isinstance(value, str):
+        return NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def dumps(data: Any, indent: int | None = None) -> str:
+    """Strict JSON text of ``data`` (non-finite floats as strings, see the module)."""
+    return json.dumps(_encode(data), indent=indent, allow_nan=False)
+
+
 def write_json(path: str | Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, dumps(data, indent=2) + "\n")
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(path, "".join(dumps(r) + "\n" for r in rows))
 
 
 def write_toml(path: str | Path, data: dict[str, Any]) -> None:
@@ -62,6 +122,14 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+def read_json(path: str | Path) -> Any:
+    """A JSON file written by :func:`write_json` (``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` read back as floats); also reads older files with bare ``NaN``."""
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return _decode(json.load(f))
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file written by :func:`write_jsonl`, as :func:`read_json`."""
+    with open(path) as f:
+        return [_decode(json.loads(line)) for line in f if line.strip()]

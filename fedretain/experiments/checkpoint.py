@@ -8,16 +8,18 @@ pure functions of seed, round and client, so they need no saved state.) Tensors 
 so a crafted checkpoint cannot run code.
 
 Layout in the results folder: ``checkpoint/state-<round>.safetensors`` and
-``checkpoint/meta.json`` naming it. The tensor file is written first under a new name, then
-``meta.json`` is replaced atomically, then the old tensor file is removed: a crash at any
-moment leaves the previous checkpoint or the new one, both whole. With ``store=disk``
-the client states are not copied into the tensor file: ``checkpoint/clients-<round>/`` holds
-hard links to the store's files of that moment (see :mod:`fedretain.engines.store`).
+``checkpoint/meta.json`` naming it; the checkpoint before it stays too, named by
+``checkpoint/previous.json``. The tensor file is written first under a new name, then the
+old ``meta.json`` becomes ``previous.json``, then ``meta.json`` is replaced, then tensor
+files neither names are removed, each step atomic: a crash at any moment leaves two whole
+checkpoints (or one, early on). When the latest cannot be read (a truncated file), loading
+falls back to the previous one. With ``store=disk`` the client states are not copied into
+the tensor file: ``checkpoint/clients-<round>/`` holds hard links to the store's files of
+that moment (see :mod:`fedretain.engines.store`).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ from safetensors.torch import save as st_save
 from fedretain.core.tree import Tree, flatten
 from fedretain.engines.store import ClientStore, DiskStore
 from fedretain.errors import ConfigError, DataError
-from fedretain.files import atomic_write_bytes, write_json
+from fedretain.files import atomic_write_bytes, read_json, write_json
 from fedretain.recipe.config import Config, flat_settings, resolved
 
 FORMAT = 1
@@ -73,6 +75,8 @@ class Checkpoint:
     fingerprint: dict[str, Any]  # the resolved config the state belongs to
     client_dir: Path | None = None  # loading a disk store's checkpoint: its snapshot folder
     extra: dict[str, Any] = field(default_factory=dict)  # JSON state of a run's other parts
+    file: str = ""  # loading: the tensor file read (``state-<round>.safetensors``)
+    damaged: str = ""  # loading: why the latest checkpoint was passed over for this one
 
     def restore_clients(self, store: ClientStore) -> None:
         """Put the checkpoint's client states into the engine's (empty) store."""
@@ -107,14 +111,27 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
     for i, s in enumerate(ckpt.cuda_rng):
         flat[f"rng/cuda/{i}"] = s.clone()
     name = f"state-{ckpt.round}.safetensors"
-    atomic_write_bytes(folder / name, st_save(flat))
-    old = _read_meta(folder / "meta.json") if (folder / "meta.json").exists() else None
+    data = st_save(flat)
+    atomic_write_bytes(folder / name, data)
+    try:
+        old = _read_meta(folder / "meta.json")
+    except DataError:  # none yet, or damaged: the previous one stays what it was
+        old = None
+    if old is not None and old.get("round", ckpt.round) < ckpt.round and _whole(folder, old):
+        write_json(folder / "previous.json", old)
+        previous: dict[str, Any] | None = old
+    else:
+        try:
+            previous = _read_meta(folder / "previous.json")
+        except DataError:
+            previous = None
     write_json(
         folder / "meta.json",
         {
             "format": FORMAT,
             "round": ckpt.round,
             "tensors": name,
+            "bytes": len(data),
             "server": structure(ckpt.server),
             "clients": clients,
             "client_dir": client_dir if on_disk else None,
@@ -126,37 +143,76 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
             "extra": ckpt.extra,
         },
     )
-    if old and old.get("tensors") != name:
-        (folder / old["tensors"]).unlink(missing_ok=True)
-    if old and old.get("client_dir") and old["client_dir"] != client_dir:
-        shutil.rmtree(folder / old["client_dir"], ignore_errors=True)
-    return folder / name
+    keep = {
+        name,
+        client_dir,
+        *((previous.get("tensors"), previous.get("client_dir")) if previous else ()),
+    }
+    for path in [*folder.glob("state-*.safetensors"), *folder.glob("clients-*")]:
+        if path.name not in keep:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _whole(folder: Path, meta: dict[str, Any]) -> bool:
+    """Whether the tensor file ``meta`` names is there, of the size it was written with."""
+    tensors = folder / str(meta.get("tensors"))
+    return tensors.is_file() and tensors.stat().st_size == meta.get("bytes", tensors.stat().st_size)
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"checkpoint {path} cannot be read ({e}); start the run again") from None
+        meta = read_json(path)
+    except (OSError, ValueError) as e:  # ValueError: not JSON
+        raise DataError(f"checkpoint {path} cannot be read ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise DataError(f"{path} is not a fedretain checkpoint of format {FORMAT}")
     return meta
 
 
 def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> Checkpoint:
+    """The latest checkpoint in ``folder``, or the one before it when the latest cannot be
+    read (its ``damaged`` says why); a DataError naming the damaged file when neither can."""
     folder = Path(folder) / "checkpoint"
-    meta_path = folder / "meta.json"
-    if not meta_path.exists():
+    meta_path, previous = folder / "meta.json", folder / "previous.json"
+    if not meta_path.exists() and not previous.exists():
         raise DataError(
             f"no checkpoint in {folder.parent} (looked for {meta_path}); runs write one every "
             "checkpoint_every rounds"
         )
-    meta = _read_meta(meta_path)
+    fix = (
+        f"start the run over (fedretain run --overwrite --out {folder.parent}) or restore "
+        f"{folder} from a backup"
+    )
     try:
-        flat = st_load((folder / meta["tensors"]).read_bytes())
-    except (OSError, SafetensorError, KeyError) as e:
-        raise DataError(f"checkpoint tensors in {folder} cannot be read ({e})") from None
-    device = torch.device(device)
+        return _load(folder, meta_path, torch.device(device))
+    except DataError as e:
+        if not previous.exists():
+            raise DataError(f"{e}; there is no earlier checkpoint: {fix}") from None
+        damaged = str(e)
+    try:
+        ckpt = _load(folder, previous, torch.device(device))
+    except DataError as e:
+        raise DataError(f"{damaged}; the previous checkpoint is damaged too ({e}): {fix}") from None
+    ckpt.damaged = damaged
+    return ckpt
+
+
+def _load(folder: Path, meta_path: Path, device: torch.device) -> Checkpoint:
+    meta = _read_meta(meta_path)
+    tensors = folder / str(meta.get("tensors"))
+    try:
+        data = tensors.read_bytes()
+        if "bytes" in meta and len(data) != meta["bytes"]:
+            raise ValueError(f"{len(data)} bytes instead of {meta['bytes']}: truncated")
+        flat = st_load(data)
+    except (OSError, SafetensorError, ValueError) as e:
+        raise DataError(f"checkpoint {tensors} cannot be read ({e})") from None
+    client_dir = folder / meta["client_dir"] if meta.get("client_dir") else None
+    if client_dir is not None and not client_dir.is_dir():
+        raise DataError(f"checkpoint {tensors} names client states {client_dir}, which is gone")
     try:
         return Checkpoint(
             round=int(meta["round"]),
@@ -170,11 +226,12 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
             torch_rng=flat["rng/torch"],
             cuda_rng=[flat[f"rng/cuda/{i}"] for i in range(int(meta["cuda_rng"]))],
             fingerprint=meta["fingerprint"],
-            client_dir=folder / meta["client_dir"] if meta.get("client_dir") else None,
+            client_dir=client_dir,
             extra=meta.get("extra", {}),
+            file=tensors.name,
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise DataError(f"checkpoint in {folder} is incomplete or corrupt ({e!r})") from None
+        raise DataError(f"checkpoint {tensors} is incomplete or corrupt ({e!r})") from None
 
 
 # settings that may change when a run is resumed: they do not change the computation (a
@@ -209,7 +266,8 @@ def load_for_resume(
 ) -> Checkpoint | None:
     """The checkpoint in ``folder`` if it belongs to ``cfg`` (ConfigError naming what
     differs otherwise); None when the run stopped before its first checkpoint."""
-    if not (Path(folder) / "checkpoint" / "meta.json").exists():
+    checkpoint = Path(folder) / "checkpoint"
+    if not (checkpoint / "meta.json").exists() and not (checkpoint / "previous.json").exists():
         return None
     ckpt = load_checkpoint(folder, device)
     new = fingerprint(cfg)

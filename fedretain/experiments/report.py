@@ -5,6 +5,9 @@ Reads results folders (the contract written by :mod:`fedretain.experiments.run`)
 With a reference run (FedReg uses SGD in the same setting), also ``R_a`` for a in 0.5, 0.9, 1.0;
 with one reference per seed, each run is measured against the reference of its own seed. Runs
 that share a name over several seeds also get a mean-over-seeds table.
+
+Runs of different datasets, models, partitions (or client counts) or continual scenarios are
+refused unless ``allow_mixed``; then the report shows each run's differing settings.
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from typing import Any
 
 from fedretain.errors import DataError
 from fedretain.experiments.plots import plot_curves
-from fedretain.files import atomic_write_text, read_jsonl, write_json
+from fedretain.files import atomic_write_text, read_json, read_jsonl, write_json
 from fedretain.metrics.accuracy import r_a
 
 R_A_LEVELS = (0.5, 0.9, 1.0)
+# settings (with their options) runs must share to be compared; and those shown when they differ
+SAME_SETTINGS = ("dataset", "model", "partition", "clients", "scenario")
+SHOWN_SETTINGS = ("rounds", "clients_per_round")
 
 
 @dataclass
@@ -42,13 +48,28 @@ def load_run(path: str | Path) -> RunResult:
             "pass folders written by `fedretain run --out DIR`"
         )
     try:
-        summary = json.loads((path / "summary.json").read_text())
+        summary = read_json(path / "summary.json")
         records = read_jsonl(path / "metrics.jsonl")
         config = tomllib.loads((path / "config.toml").read_text())
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, OSError) as e:
+    except (ValueError, OSError) as e:  # ValueError: JSON's and TOML's decode errors
         raise DataError(f"cannot read results in {path}: {e}") from None
     label = summary.get("name") or config.get("name") or path.name
     return RunResult(path, label, config, summary, records)
+
+
+def setting(run: RunResult, key: str) -> str:
+    """A setting of ``run`` in a word: ``dirichlet(alpha=0.1)``, ``none``, ``100``."""
+    value = run.config.get(key)
+    if isinstance(value, dict):
+        name = value.get("name") or "none"
+        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in value.items() if k != "name")
+        return f"{name}({opts})" if opts else name
+    return "?" if value is None else str(value)
+
+
+def differing(runs: list[RunResult], keys: tuple[str, ...]) -> list[str]:
+    """The ``keys`` whose setting is not the same in every run."""
+    return [k for k in keys if len({setting(r, k) for r in runs}) > 1]
 
 
 def _fmt(v: Any) -> str:
@@ -129,14 +150,27 @@ def compare(
     dirs: list[str | Path],
     out: str | Path,
     reference: str | Path | list[str | Path] | None = None,
+    allow_mixed: bool = False,
 ) -> dict[str, Any]:
     """Write the comparison report of ``dirs`` into ``out``; returns its data.
 
     ``reference``: one results folder (SGD in FedReg's tables) for ``R_a``, or one per seed.
+    Runs that differ in a setting of :data:`SAME_SETTINGS` are refused unless
+    ``allow_mixed``.
     """
     if not dirs:
         raise DataError("compare needs at least one results folder")
     runs = [load_run(d) for d in dirs]
+    mixed = differing(runs, SAME_SETTINGS)
+    if mixed and not allow_mixed:
+        each = "; ".join(
+            f"{r.path}: " + ", ".join(f"{k} {setting(r, k)}" for k in mixed) for r in runs
+        )
+        raise DataError(
+            f"the runs differ in {', '.join(mixed)} ({each}); compare runs of one setting, "
+            "or pass --allow-mixed to compare them anyway"
+        )
+    shown = mixed + differing(runs, SHOWN_SETTINGS)
     base = {id(r): r.label for r in runs}
     labels = [r.label for r in runs]
     if len(set(labels)) < len(labels):  # same names: tell them apart by seed, else by folder
@@ -166,6 +200,8 @@ def compare(
             "loss_increase": (s.get("forgetting") or {}).get("loss_increase_mean"),
             "loss_increase_ref": (s.get("forgetting") or {}).get("loss_increase_ref_mean"),
         }
+        if shown:
+            row["settings"] = {k: setting(r, k) for k in shown}
         if refs:
             ref = _pick_reference(r, refs)
             row["reference"] = str(ref.path)
@@ -175,14 +211,29 @@ def compare(
         rows.append(row)
 
     lines = ["# fedretain comparison", ""]
-    settings = runs[0].config
-    lines.append(
-        f"Dataset `{settings.get('dataset', {}).get('name', '?')}`, partition "
-        f"`{settings.get('partition', {}).get('name', '?')}`, model "
-        f"`{settings.get('model', {}).get('name', '?')}`, {settings.get('clients', '?')} clients, "
-        f"{settings.get('clients_per_round', '?')} per round."
-    )
+
+    def common(key: str, fmt: str) -> str:
+        return f"{key} differs (below)" if key in shown else fmt.format(setting(runs[0], key))
+
+    head_parts = [
+        common("dataset", "Dataset `{}`"),
+        common("partition", "partition `{}`"),
+        common("model", "model `{}`"),
+        common("clients", "{} clients"),
+        common("clients_per_round", "{} per round"),
+    ]
+    header = ", ".join(head_parts)
+    lines.append(header[:1].upper() + header[1:] + ".")
     lines.append("")
+    if shown:
+        lines += [
+            "Settings that differ between the runs:",
+            "",
+            "| run | " + " | ".join(shown) + " |",
+            "|" + "---|" * (len(shown) + 1),
+        ]
+        lines += [f"| {r['name']} | " + " | ".join(r["settings"].values()) + " |" for r in rows]
+        lines.append("")
     head = ["run", "final acc", "top acc", *[f"rounds to {t}" for t in targets]]
     if refs:
         head += [f"R_{a:g}" for a in R_A_LEVELS]

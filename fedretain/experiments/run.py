@@ -12,16 +12,23 @@ The folder (the results contract later tools read):
 - ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
   ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
 - ``accuracy.png``: the accuracy curve;
-- ``checkpoint/``: the state to continue from (every ``checkpoint_every`` rounds and at the end).
+- ``checkpoint/``: the state to continue from (every ``checkpoint_every`` rounds, at the end,
+  and when a run stops between rounds: Ctrl-C, a full disk); the last two are kept, and a
+  resumed run falls back to the earlier one when the latest cannot be read.
 
-Every file is written atomically. :func:`run_experiment` is the whole run; :class:`Run` holds
-its parts.
+Every file is written atomically, with the mode the umask implies. JSON files are strict
+JSON: a non-finite float (a diverged run's loss) is the string ``"NaN"``, ``"Infinity"`` or
+``"-Infinity"``; :func:`fedretain.files.read_json` and :func:`~fedretain.files.read_jsonl`
+read them back as floats. :func:`run_experiment` is the whole run; :class:`Run` holds its
+parts; :func:`check_out` keeps a new run from mixing with an old one's files.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -32,6 +39,7 @@ import torch
 
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
 from fedretain.engines.round import DivergenceError, Engine, Rounds
+from fedretain.errors import OutputError
 from fedretain.experiments.checkpoint import (
     Checkpoint,
     fingerprint,
@@ -48,36 +56,105 @@ from fedretain.registry import kind
 
 
 def run_experiment(
-    cfg: Config, out: str | Path, progress: bool | None = None, resume: bool = False
+    cfg: Config,
+    out: str | Path,
+    progress: bool | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run ``cfg`` and write its results folder ``out``; returns the summary.
 
     With ``resume``, continue from the checkpoint in ``out``: the metrics come out identical
     to those of an uninterrupted run (apart from ``seconds``). A run killed before its first
-    checkpoint starts over from round 0.
+    checkpoint starts over from round 0. With ``overwrite``, an old run in ``out`` is removed
+    first (once the new run's federation is built; see :func:`clear_out`).
+
+    A run that stops between rounds (Ctrl-C, which lets the round in progress finish; a full
+    disk; an error in evaluation) saves a checkpoint of its rounds first, where it can.
     """
     run = Run(cfg, out)
+    if overwrite and not resume:
+        clear_out(out)
     run.start(resume)
     bar = Progress(cfg.label, cfg.rounds, progress) if progress is not False else nullcontext()
+    stop = StopAfterRound() if cfg.checkpoint_every else nullcontext()
     try:
-        with bar:
+        with bar, stop:
             for rnd in range(run.done, cfg.rounds):
                 metrics = run.round(rnd)
                 if run.done % cfg.eval_every == 0 or run.done == cfg.rounds or run.task_end():
                     run.evaluate(metrics)
+                run.settled = True
                 if cfg.checkpoint_every and (
                     run.done % cfg.checkpoint_every == 0 or run.done == cfg.rounds
                 ):
                     run.checkpoint()
                 if isinstance(bar, Progress):
                     bar.update(run.done, run.records[-1]["test_accuracy"])
+                if isinstance(stop, StopAfterRound) and stop.requested and run.done < cfg.rounds:
+                    raise KeyboardInterrupt
     except DivergenceError as e:  # keep every result so far, say why the run stopped
         run.finish(stopped=str(e))
+        raise
+    except BaseException:
+        run.rescue()
         raise
     finally:
         run.engine.close()
         run.tracker.close()
     return run.finish()
+
+
+# what a results folder holds (besides the temporary files of atomic writes): --overwrite
+# removes only folders made of these
+RESULT_DIRS = ("checkpoint", "client_state", "tensorboard", "samples")
+RESULT_SUFFIXES = (".json", ".jsonl", ".png", ".toml", ".log")
+
+
+def _is_result(path: Path) -> bool:
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return path.name in RESULT_DIRS
+    return path.suffix in RESULT_SUFFIXES or (path.name[:1] == "." and path.suffix == ".tmp")
+
+
+def check_out(out: str | Path, overwrite: bool = False) -> None:
+    """An OutputError unless a new run may write ``out``: a new or empty folder, or with
+    ``overwrite`` a fedretain results folder (which :func:`clear_out` empties)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file, not a folder; choose a new or empty folder")
+    entries = sorted(out.iterdir()) if out.is_dir() else []
+    if not entries:
+        return
+    strangers = [p.name for p in entries if not _is_result(p)]
+    is_run = (out / "config.toml").is_file() and (
+        (out / "metrics.jsonl").is_file() or (out / "checkpoint").is_dir()
+    )
+    if not is_run or strangers:
+        why = f"it holds {', '.join(strangers[:3])}" if strangers else "no metrics.jsonl"
+        raise OutputError(
+            f"{out} is not empty and does not look like a fedretain results folder ({why}); "
+            "choose a new or empty folder for --out (nothing was removed)"
+        )
+    if not overwrite:
+        what = "finished" if (out / "summary.json").is_file() else "unfinished"
+        raise OutputError(
+            f"{out} already holds a {what} run; pass --resume {out} to continue it, "
+            "--overwrite to replace it, or choose another --out"
+        )
+
+
+def clear_out(out: str | Path) -> None:
+    """Empty the results folder ``out`` for a new run; nothing but a fedretain results
+    folder's files is ever removed (see :func:`check_out`)."""
+    check_out(out, overwrite=True)
+    for path in sorted(Path(out).iterdir()) if Path(out).is_dir() else []:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def build_rounds(cfg: Config, out: Path | None = None) -> tuple[Federation, Rounds]:
@@ -122,6 +199,8 @@ class Run:
         self.rounds: Rounds  # made by start(): a fresh run clears an old disk store first
         self.records: list[dict[str, Any]] = []
         self.done = 0  # rounds completed
+        self.settled = True  # the state is that of round ``done`` with its record: checkpointable
+        self.saved = 0  # the round of the latest checkpoint
         self.pending = {"skipped_clients": 0.0, "lost_replies": 0.0}  # since the last record
         self.elapsed0 = 0.0  # wall seconds before this process (resumed runs)
         self.started = time.perf_counter()
@@ -150,7 +229,14 @@ class Run:
             self.server_state = fed.algorithm.server_init(*fed.task.init())
             self.evaluate({"train_loss": None})
             return
+        if ckpt.damaged:
+            print(f"note: {ckpt.damaged}; using the previous checkpoint", file=sys.stderr)
+        print(
+            f"resuming {self.out} from round {ckpt.round} of {cfg.rounds} (checkpoint {ckpt.file})",
+            file=sys.stderr,
+        )
         self.server_state = ckpt.server
+        self.saved = ckpt.round
         ckpt.restore_clients(self.rounds.store)
         self.rounds.ledger.load_state(ckpt.ledger)
         self.records, self.done, self.elapsed0 = ckpt.records, ckpt.round, ckpt.elapsed
@@ -168,6 +254,7 @@ class Run:
 
     def round(self, rnd: int) -> dict[str, float]:
         """Round ``rnd`` (0-based) with the participation model's clients."""
+        self.settled = False
         clients = self.fed.participation.clients(rnd)
         if self.continual is not None:
             self.continual.before_round(self.rounds, self.fed, rnd)
@@ -217,6 +304,7 @@ class Run:
             record.update(self.accountant.metrics())
         self.pending = dict.fromkeys(self.pending, 0.0)
         self.records.append(record)
+        self.settled = True  # the round has its record, even if writing it fails
         write_jsonl(self.out / "metrics.jsonl", self.records)
         self.tracker.record(record)
         return record
@@ -227,6 +315,22 @@ class Run:
 
     def elapsed(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.started
+
+    def rescue(self) -> None:
+        """After a failure between rounds, a checkpoint of the rounds done (when newer than
+        the latest); a failure inside a round leaves a state no checkpoint may hold."""
+        if not (self.cfg.checkpoint_every and self.settled and self.done > self.saved):
+            return
+        try:
+            self.checkpoint()
+        except Exception as e:
+            print(f"note: could not save a checkpoint of round {self.done}: {e}", file=sys.stderr)
+            return
+        print(
+            f"note: saved a checkpoint at round {self.done} of {self.cfg.rounds}; continue with "
+            f"`fedretain run --resume {self.out}`",
+            file=sys.stderr,
+        )
 
     def checkpoint(self) -> None:
         cuda = self.fed.device.type == "cuda"
@@ -248,6 +352,7 @@ class Run:
                 },
             ),
         )
+        self.saved = self.done
 
     def finish(self, stopped: str = "") -> dict[str, Any]:
         """Write ``summary.json`` and the plots; returns the summary."""
@@ -303,11 +408,51 @@ class Run:
         }
 
 
-class Progress:
-    """A progress bar (round, accuracy, ETA) on a terminal; silent otherwise."""
+class StopAfterRound:
+    """Ctrl-C during a run asks it to stop after the round in progress (with a checkpoint);
+    a second Ctrl-C stops it at once. Only in the main thread, over Python's own handler."""
 
-    def __init__(self, label: str, total: int, enabled: bool | None = None) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: Any = None
+
+    def __enter__(self) -> StopAfterRound:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self.previous = signal.signal(signal.SIGINT, self._interrupt)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _interrupt(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(
+            "interrupt: stopping after this round, with a checkpoint (Ctrl-C again to stop now)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class Progress:
+    """A progress bar (round, accuracy, ETA) on a terminal; elsewhere (a log file, CI, nohup)
+    a plain line every ``every`` seconds and at the end once one was printed, e.g.
+    ``FedAvg round 10/30 acc 0.6123 (12 s)``. ``enabled=True`` draws the bar anyway."""
+
+    def __init__(
+        self, label: str, total: int, enabled: bool | None = None, every: float = 30.0
+    ) -> None:
+        tty = sys.stderr.isatty()
+        self.enabled = tty if enabled is None else enabled
+        self.label, self.total, self.every = label, total, every
+        self.lines = enabled is None and not tty
+        self.started = self.last = time.monotonic()
+        self.printed = False
         self.bar = None
         if self.enabled:
             from rich.progress import (
@@ -344,6 +489,22 @@ class Progress:
         if self.bar is not None:
             fields = {"acc": f"{acc:.4f}"} if acc is not None else {}
             self.bar.update(self.task, completed=rnd, **fields)
+        now = time.monotonic()
+        due = now - self.last >= self.every or (rnd == self.total and self.printed)
+        if self.lines and due:
+            shown = "-" if acc is None else f"{acc:.4f}"
+            line = f"{self.label} round {rnd}/{self.total} acc {shown} ({now - self.started:.0f} s)"
+            print(line, file=sys.stderr, flush=True)
+            self.last, self.printed = now, True
 
 
-__all__ = ["Progress", "Run", "build_rounds", "rounds_of", "run_experiment"]
+__all__ = [
+    "Progress",
+    "Run",
+    "StopAfterRound",
+    "build_rounds",
+    "check_out",
+    "clear_out",
+    "rounds_of",
+    "run_experiment",
+]

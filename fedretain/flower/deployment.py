@@ -26,7 +26,6 @@ process per message, and ``warm=False, poll=0`` exactly ``flower-supernode`` as 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -41,6 +40,7 @@ from typing import IO, TYPE_CHECKING
 import tomli_w
 
 from fedretain.errors import ConfigError, FedRetainError
+from fedretain.files import read_json
 from fedretain.flower.node import DEFAULT_POLL
 from fedretain.flower.processes import kill_tree, kill_trees
 
@@ -302,7 +302,7 @@ class LocalFederation:
             raise FedRetainError(
                 f"the Flower run wrote no {summary} (log {self.workdir / log}: {tail})"
             )
-        return json.loads(summary.read_text())
+        return read_json(summary)
 
     def run(
         self, config: Config, out: str | Path, resume: bool = False, timeout: float = 3600

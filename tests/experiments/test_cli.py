@@ -1,7 +1,9 @@
 """The command line end to end, on scikit-learn's digits (no files needed) and small IDX files."""
 
+import errno
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedretain.cli import main
-from fedretain.files import read_jsonl
+from fedretain.files import read_json, read_jsonl
 
 FAST = [
     "dataset=digits",
@@ -274,3 +276,207 @@ def test_run_help_names_every_key_its_default_and_meaning(capsys):
             assert f"      {name}: " in text, (prefix, name)
     assert "algo.mu=0.01" in text and "engine.chunk=0" in text
     assert "partition.alpha=" in text
+
+
+def _one_error_line(err):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_run_refuses_an_existing_run_unless_resume_or_overwrite(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert (
+        run_cli(
+            ["run", *FAST, "algorithm=fedavg", "diagnostics=forgetting", "--out", str(out)], capsys
+        )[0]
+        == 0
+    )
+    assert (out / "forgetting.jsonl").is_file()
+    before = (out / "metrics.jsonl").read_text()
+    code, _, err = run_cli(["run", *FAST, "algorithm=scaffold", "--out", str(out)], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and f"{out} already holds a finished run" in line
+    assert "--resume" in line and "--overwrite" in line
+    assert (out / "metrics.jsonl").read_text() == before  # untouched
+    code, _, _ = run_cli(
+        ["run", *FAST, "algorithm=scaffold", "--out", str(out), "--overwrite"], capsys
+    )
+    assert code == 0 and not (out / "forgetting.jsonl").exists()  # the old run's files went
+    assert read_json(out / "summary.json")["algorithm"] == "scaffold"
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_results_folder(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.toml").write_text("rounds = 3\n")  # the user's own config
+    (out / "notes.txt").write_text("keep me")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run_cli(["run", *FAST, "--out", str(out), *extra], capsys)
+        line = _one_error_line(err)
+        assert code == 2 and "does not look like a fedretain results folder" in line
+        assert "notes.txt" in line and "nothing was removed" in line
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "notes.txt"]
+    (out / "notes.txt").unlink()  # a config alone is no run either
+    code, _, err = run_cli(["run", *FAST, "--out", str(out), "--overwrite"], capsys)
+    assert code == 2 and "no metrics.jsonl" in err and (out / "config.toml").is_file()
+
+
+def test_run_into_an_empty_folder_needs_no_overwrite(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert run_cli(["run", *FAST, "--out", str(tmp_path / "empty")], capsys)[0] == 0
+
+
+def _failing_replace(error):
+    def replace(src, dst):
+        raise error
+
+    return replace
+
+
+@pytest.mark.parametrize(
+    "error, fix",
+    [
+        (PermissionError(errno.EACCES, "Permission denied"), "choose a folder you can write to"),
+        (PermissionError(errno.EPERM, "Operation not permitted"), "immutable"),
+        (OSError(errno.EROFS, "Read-only file system"), "writable file system"),
+        (OSError(errno.ENOSPC, "No space left on device"), "free some space"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "compare", "partition"])
+def test_a_file_system_error_is_one_line_naming_the_path_and_exit_2(
+    tmp_path, capsys, monkeypatch, command, error, fix
+):
+    if command == "compare":  # a finished run to compare, written before the disk "fails"
+        assert run_cli(["run", *FAST, "--out", str(tmp_path / "a")], capsys)[0] == 0
+    argv = {
+        "run": ["run", *FAST, "--out", str(tmp_path / "out")],
+        "compare": ["compare", str(tmp_path / "a"), "--out", str(tmp_path / "out")],
+        "partition": ["partition", "dataset=digits", "--out", str(tmp_path / "out" / "p.png")],
+    }[command]
+    monkeypatch.setattr(os, "replace", _failing_replace(error))
+    code, _, err = run_cli(argv, capsys)
+    line = _one_error_line(err)
+    assert code == 2 and f"cannot write {tmp_path / 'out'}" in line
+    assert error.strerror in line and fix in line
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "partition"])
+def test_out_a_file_is_one_line_and_exit_2(tmp_path, capsys, command):
+    if command == "compare":
+        assert run_cli(["run", *FAST, "--out", str(tmp_path / "a")], capsys)[0] == 0
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    argv = {
+        "run": ["run", *FAST, "--out", str(blocker)],
+        "compare": ["compare", str(tmp_path / "a"), "--out", str(blocker)],
+        "partition": ["partition", "dataset=digits", "--out", str(blocker / "p.png")],
+    }[command]
+    code, _, err = run_cli(argv, capsys)
+    line = _one_error_line(err)
+    assert code == 2 and str(blocker) in line
+    assert "is a file, not a folder" in line or "a file stands where a folder is needed" in line
+    assert blocker.read_text() == "a file"
+
+
+def test_a_real_process_out_of_permission_prints_no_traceback(tmp_path, capsys):
+    """A file-system error raised outside fedretain's writers still ends as one line."""
+    assert run_cli(["run", *FAST, "--out", str(tmp_path / "a")], capsys)[0] == 0
+    report = tmp_path / "new" / "report"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import errno, os, sys; from fedretain.cli import main\n"
+            "def deny(*a, **k): raise PermissionError(errno.EACCES, 'Permission denied', a[0])\n"
+            "os.mkdir = deny\n"
+            "sys.exit(main(sys.argv[1:]))",
+            "compare",
+            str(tmp_path / "a"),
+            "--out",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    line = _one_error_line(proc.stderr)
+    assert f"cannot use {report}: Permission denied" in line, line
+    assert "choose a folder you can write to" in line
+
+
+def test_resume_says_where_it_continues(tmp_path, capsys):
+    out = tmp_path / "run"
+    run_cli(["run", *FAST, "rounds=2", "checkpoint_every=1", "--out", str(out)], capsys)
+    code, _, err = run_cli(["run", "--resume", str(out), "rounds=3"], capsys)
+    assert code == 0
+    assert f"resuming {out} from round 2 of 3 (checkpoint state-2.safetensors)" in err
+    code, _, err = run_cli(["run", "--resume", str(out), "--overwrite"], capsys)
+    assert code == 2 and "drop --config/--out/--overwrite" in err
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(capsys):
+    from fedretain.experiments.run import Progress
+
+    with Progress("FedAvg", 3, every=0) as bar:
+        bar.update(1, 0.61234)
+        bar.update(2, None)
+    err = capsys.readouterr().err
+    assert err == "FedAvg round 1/3 acc 0.6123 (0 s)\nFedAvg round 2/3 acc - (0 s)\n"
+    with Progress("FedAvg", 3, every=3600) as bar:  # nothing is due within the hour
+        bar.update(1, 0.5)
+        bar.update(3, 0.7)
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_lines_end_with_the_last_round_once_any_was_printed(capsys):
+    import time
+
+    from fedretain.experiments.run import Progress
+
+    with Progress("FedAvg", 3) as bar:
+        bar.started = bar.last = time.monotonic() - 40  # the first round took 40 s
+        bar.update(1, 0.5)
+        bar.update(2, 0.55)  # not due: 30 s have not passed since the last line
+        bar.update(3, 0.6)  # the last round
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["FedAvg round 1/3 acc 0.5000 (40 s)", "FedAvg round 3/3 acc 0.6000 (40 s)"]
+
+
+def test_run_and_validate_take_the_config_either_way(tmp_path, capsys):
+    exp = tmp_path / "exp.toml"
+    exp.write_text('dataset = "digits"\nmodel = "mlp"\nclients = 10\nrounds = 1\n')
+    code, out, _ = run_cli(["validate", "--config", str(exp), "rounds=2"], capsys)
+    assert code == 0 and "2 rounds" in out
+    code, _, _ = run_cli(["run", str(exp), "batch_size=20", "--out", str(tmp_path / "r")], capsys)
+    assert code == 0 and [r["round"] for r in read_jsonl(tmp_path / "r" / "metrics.jsonl")] == [
+        0,
+        1,
+    ]
+    code, _, err = run_cli(["validate", str(exp), "--config", str(exp)], capsys)
+    assert code == 2 and "one config file at a time" in err
+    code, out, _ = run_cli(["partition", str(exp)], capsys)
+    assert code == 0 and "10" in out
+
+
+def test_compare_refuses_mixed_runs_unless_allowed(tmp_path, capsys):
+    run_cli(["run", *FAST, "--out", str(tmp_path / "shards")], capsys)
+    iid = [a for a in FAST if not a.startswith("partition=")] + ["partition=iid"]
+    run_cli(["run", *iid, "model.hidden=[16]", "--out", str(tmp_path / "iid")], capsys)
+    dirs = [str(tmp_path / "shards"), str(tmp_path / "iid")]
+    code, _, err = run_cli(["compare", *dirs, "--out", str(tmp_path / "rep")], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "the runs differ in model, partition" in line and "--allow-mixed" in line
+    assert "partition shards(" in line and "partition iid" in line and "hidden=[16]" in line
+    assert not (tmp_path / "rep").exists()
+    code, _, _ = run_cli(
+        ["compare", *dirs, "--out", str(tmp_path / "rep"), "--allow-mixed"], capsys
+    )
+    assert code == 0
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert (
+        "Settings that differ between the runs:" in text and "| run | model | partition |" in text
+    )
+    assert "shards(" in text and " | iid |" in text
+    rows = read_json(tmp_path / "rep" / "report.json")["runs"]
+    assert [r["settings"]["partition"].split("(")[0] for r in rows] == ["shards", "iid"]

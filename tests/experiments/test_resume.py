@@ -19,10 +19,10 @@ from fedretain.data.base import Dataset
 from fedretain.engines.round import DivergenceError, Rounds
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.engines.vmap import VmapEngine
-from fedretain.errors import ConfigError, DataError
+from fedretain.errors import ConfigError, DataError, OutputError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedretain.experiments.run import run_experiment
-from fedretain.files import read_jsonl
+from fedretain.files import read_json, read_jsonl
 from fedretain.recipe.config import make_config
 from tests.tiny import TINY_PARTS, run_rounds, tiny_engine
 
@@ -68,11 +68,14 @@ def test_checkpoint_roundtrip_keeps_structure_and_rng(tmp_path):
         back.clients[2]["c_i"]["w"], clients[2]["c_i"]["w"]
     )
     assert torch.equal(back.torch_rng, rng)
-    # a newer checkpoint replaces the older tensor file
+    # the last two checkpoints are kept: a newer one removes the one before the previous
     save_checkpoint(tmp_path, replace(ckpt, round=4))
-    assert [p.name for p in (tmp_path / "checkpoint").glob("*.safetensors")] == [
-        "state-4.safetensors"
+    save_checkpoint(tmp_path, replace(ckpt, round=5))
+    assert sorted(p.name for p in (tmp_path / "checkpoint").glob("*.safetensors")) == [
+        "state-4.safetensors",
+        "state-5.safetensors",
     ]
+    assert load_checkpoint(tmp_path).round == 5
 
 
 def test_corrupt_or_missing_checkpoint_is_one_line(tmp_path):
@@ -300,3 +303,116 @@ def test_checkpoint_files_hold_no_pickle(tmp_path):
     for f in (tmp_path / "checkpoint").iterdir():
         assert not f.read_bytes().startswith(b"\x80"), f  # pickle protocol header
     assert np.isfinite(json.loads((tmp_path / "summary.json").read_text())["final_accuracy"])
+
+
+def test_a_truncated_latest_checkpoint_resumes_from_the_previous_one_exactly(tmp_path, capsys):
+    cfg = {**DIGITS, "checkpoint_every": 1}
+    run_experiment(make_config({**cfg, "rounds": 3}), tmp_path / "a", progress=False)
+    latest = tmp_path / "a" / "checkpoint" / "state-3.safetensors"
+    assert (tmp_path / "a" / "checkpoint" / "state-2.safetensors").is_file()
+    latest.write_bytes(latest.read_bytes()[:-100])  # a copy cut short
+    capsys.readouterr()
+    run_experiment(make_config({**cfg, "rounds": 5}), tmp_path / "a", progress=False, resume=True)
+    err = capsys.readouterr().err
+    assert f"note: checkpoint {latest} cannot be read" in err and "truncated" in err
+    assert f"resuming {tmp_path / 'a'} from round 2 of 5 (checkpoint state-2.safetensors)" in err
+    run_experiment(make_config({**cfg, "rounds": 5}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
+    assert load_checkpoint(tmp_path / "a").round == 5
+
+
+def test_no_readable_checkpoint_names_the_damaged_file_and_the_fix(tmp_path):
+    run_experiment(make_config({**DIGITS, "rounds": 2, "checkpoint_every": 1}), tmp_path)
+    for name in ("state-1.safetensors", "state-2.safetensors"):
+        (tmp_path / "checkpoint" / name).write_bytes(b"\x00" * 10)
+    with pytest.raises(DataError) as e:
+        run_experiment(make_config({**DIGITS, "rounds": 3}), tmp_path, resume=True)
+    text = str(e.value)
+    assert "state-2.safetensors cannot be read" in text and "state-1.safetensors" in text
+    assert "--overwrite" in text and "backup" in text
+
+
+def test_a_diverged_runs_results_are_strict_json_and_read_back_as_nan(tmp_path):
+    # one huge step leaves finite weights whose logits overflow: the test loss is NaN
+    cfg = {**DIGITS, "algorithm": "fedavg", "rounds": 1, "local_steps": 1, "lr": 1e30}
+    run_experiment(make_config(cfg), tmp_path, progress=False)
+
+    def refuse(name):
+        raise ValueError(f"bare {name} is not JSON")
+
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line, parse_constant=refuse) for line in lines]
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert rows[-1]["test_loss"] == summary["final_loss"] == "NaN"
+    assert np.isnan(read_jsonl(tmp_path / "metrics.jsonl")[-1]["test_loss"])
+    assert np.isnan(read_json(tmp_path / "summary.json")["final_loss"])
+    meta = json.loads((tmp_path / "checkpoint" / "meta.json").read_text(), parse_constant=refuse)
+    assert meta["records"][-1]["test_loss"] == "NaN"
+    assert np.isnan(load_checkpoint(tmp_path).records[-1]["test_loss"])
+
+
+def test_a_full_disk_between_rounds_saves_a_checkpoint_to_resume_from(tmp_path, monkeypatch):
+    """The disk fills while round 3's metrics are written, before the first checkpoint (10):
+    the rounds run so far are kept in a checkpoint, and resuming gives the uninterrupted run."""
+    from fedretain.experiments import run as run_module
+
+    write = run_module.write_jsonl
+
+    def full_at_round_3(path, rows):
+        rows = list(rows)
+        if rows[-1]["round"] == 3:
+            raise OutputError(f"cannot write {path}: No space left on device")
+        write(path, rows)
+
+    monkeypatch.setattr(run_module, "write_jsonl", full_at_round_3)
+    with pytest.raises(OutputError, match="No space left"):
+        run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "a", progress=False)
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "a").round == 3
+    run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "a", resume=True)
+    run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
+
+
+def test_a_failure_inside_a_round_saves_no_checkpoint_of_a_half_round(tmp_path, monkeypatch):
+    real = Rounds.run_round
+
+    def fail_in_round_3(self, state, rnd, *args, **kwargs):
+        if rnd == 2:
+            raise RuntimeError("a client crashed")
+        return real(self, state, rnd, *args, **kwargs)
+
+    monkeypatch.setattr(Rounds, "run_round", fail_in_round_3)
+    with pytest.raises(RuntimeError):
+        run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path, progress=False)
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_ctrl_c_finishes_the_round_then_stops_with_a_checkpoint(tmp_path, monkeypatch, capsys):
+    from fedretain.experiments.run import Run
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    real = Run.round
+
+    def interrupted_in_round_2(self, rnd):
+        if rnd == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the round runs
+        return real(self, rnd)
+
+    monkeypatch.setattr(Run, "round", interrupted_in_round_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "a", progress=False)
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    err = capsys.readouterr().err
+    assert "stopping after this round" in err and "saved a checkpoint at round 2 of 5" in err
+    assert load_checkpoint(tmp_path / "a").round == 2
+    run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "a", resume=True)
+    run_experiment(make_config({**DIGITS, "rounds": 5}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )

@@ -1,4 +1,4 @@
-"""Gradient inversion of one-step client updates on Fashion-MNIST: FedAvg against FedReg with MG.
+"""Gradient inversion of one-step client updates: FedAvg against FedReg with MG, per model.
 
 After FedReg (Xu et al., ICLR 2022, arXiv:2203.02645, §4.5, App. B.4): each target is a
 training image held alone by a client that takes one local step (lr 0.1) from the global
@@ -16,8 +16,18 @@ cosine, sign-Adam, TV 1e-4), ``dlg`` (L2, L-BFGS) and ``ig-l2`` (the paper's EMN
 Adam, L2, lr 1, TV 1e-8). The paper runs 32,000 attack iterations; the defaults here are
 sized for a CPU (``--iterations``, ``--restarts``).
 
+Models: any zoo model (``--model cnn``, the default; ``mlp`` with ``--hidden``), or
+``dlg-lenet``, the LeNet of DLG's code (Zhu et al., 2019: three 5x5 convolutions of 12
+channels with sigmoids, weights uniform in [-0.5, 0.5]); ``--activation`` replaces the ReLUs
+of a zoo model (sigmoid, softplus, tanh), or DLG's LeNet's sigmoids (relu, ...), to measure
+what a twice-differentiable activation changes (``--avg-pool``: average pooling for max
+pooling as well). ``--images`` attacks chosen training images instead of ``--targets`` drawn
+ones.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py --targets 2 --iterations 50
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py --model dlg-lenet \
+        --methods idlg --algorithms fedavg --images 0,1
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from fedretain.algorithms import build_algorithm
 from fedretain.core.task import Task
@@ -36,14 +47,57 @@ from fedretain.data.base import as_float
 from fedretain.data.datasets import load_dataset
 from fedretain.losses.ce import ce
 from fedretain.models import build_model
+from fedretain.models.simple import SequentialModel
 from fedretain.privacy.attacks import AttackSettings, attack_targets, mean_std
 from fedretain.privacy.quality import mean_image, mean_image_psnr, random_image_psnr, save_grid
 
 LR = 0.1
+ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "softplus": nn.Softplus, "tanh": nn.Tanh}
 
 
-def settings_for(method: str, iterations: int, restarts: int, seed: int) -> AttackSettings:
+def dlg_lenet(
+    input_shape: tuple[int, ...], num_classes: int, activation: type[nn.Module] = nn.Sigmoid
+) -> SequentialModel:
+    """DLG's LeNet: conv(C→12, 5, stride 2) sigmoid, conv(12→12, 5, stride 2) sigmoid,
+    conv(12→12, 5) sigmoid (padding 2), a linear head; every weight uniform in [-0.5, 0.5]."""
+    body = nn.Sequential(
+        nn.Conv2d(input_shape[0], 12, 5, padding=2, stride=2),
+        activation(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=2),
+        activation(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=1),
+        activation(),
+        nn.Flatten(),
+    )
+    width = body(torch.zeros(1, *input_shape)).shape[1]
+    model = SequentialModel(body, nn.Linear(width, num_classes))
+    for p in model.parameters():
+        nn.init.uniform_(p, -0.5, 0.5)
+    return model
+
+
+def make_model(
+    args: argparse.Namespace, input_shape: tuple[int, ...], num_classes: int
+) -> nn.Module:
+    if args.model == "dlg-lenet":
+        return dlg_lenet(input_shape, num_classes, ACTIVATIONS[args.activation or "sigmoid"])
+    params = {"hidden": [int(h) for h in args.hidden.split(",")]} if args.model == "mlp" else {}
+    model = build_model(args.model, input_shape, num_classes, **params)
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if args.activation and isinstance(child, nn.ReLU):
+                setattr(parent, name, ACTIVATIONS[args.activation]())
+            if args.avg_pool and isinstance(child, nn.MaxPool2d):
+                setattr(parent, name, nn.AvgPool2d(child.kernel_size, child.stride))
+    return model
+
+
+def settings_for(
+    method: str, iterations: int, restarts: int, seed: int, init: str
+) -> AttackSettings:
     common = {"iterations": iterations, "restarts": restarts, "seed": seed}
+    if init:
+        common["init"] = init
     if method == "ig-l2":  # FedReg App. B.4, EMNIST: Adam, L2 distance, lr 1, TV 1e-8
         return AttackSettings.for_method("ig", distance="l2", lr=1.0, tv=1e-8, **common)
     return AttackSettings.for_method(method, **common)
@@ -54,7 +108,8 @@ def pretrain(task: Task, state: dict, dataset, steps: int, seed: int) -> dict:
     rng = np.random.default_rng(seed + 1)
     params = state["x"]
     for _ in range(steps):
-        idx = torch.from_numpy(rng.choice(np.arange(30_000, 60_000), 32, replace=False))
+        num = len(dataset.y_train)
+        idx = torch.from_numpy(rng.choice(np.arange(num // 2, num), 32, replace=False))
         batch = {
             "x": as_float(dataset.x_train[idx]),
             "y": dataset.y_train[idx],
@@ -67,7 +122,14 @@ def pretrain(task: Task, state: dict, dataset, steps: int, seed: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dataset", default="fashion-mnist")
+    ap.add_argument("--model", default="cnn", help="a zoo model, or dlg-lenet")
+    ap.add_argument("--hidden", default="200,200", help="the mlp's hidden sizes")
+    ap.add_argument("--activation", default="", choices=["", *ACTIVATIONS], help="see above")
+    ap.add_argument("--avg-pool", action="store_true", help="average pooling for max pooling")
     ap.add_argument("--targets", type=int, default=8, help="training images attacked")
+    ap.add_argument("--images", default="", help="chosen training images I,J (not --targets)")
+    ap.add_argument("--init", default="", help="normal or uniform (default: the method's)")
     ap.add_argument("--methods", default="ig,dlg", help="ig, dlg, idlg, ig-l2")
     ap.add_argument("--algorithms", default="fedavg,fedreg-mg")
     ap.add_argument("--iterations", type=int, default=400, help="per restart (DLG: L-BFGS)")
@@ -79,12 +141,16 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    dataset = load_dataset("fashion-mnist")
+    dataset = load_dataset(args.dataset)
+    half = len(dataset.y_train) // 2  # --pretrain uses the other half
     rng = np.random.default_rng(args.seed)
-    indices = sorted(int(i) for i in rng.choice(30_000, args.targets, replace=False))
+    indices = [int(i) for i in args.images.split(",") if i.strip()] or sorted(
+        int(i) for i in rng.choice(half, args.targets, replace=False)
+    )
     targets = as_float(dataset.x_train[indices])
     torch.manual_seed(args.seed)
-    task = Task(build_model("cnn", dataset.input_shape, dataset.num_classes), ce, 10)
+    model = make_model(args, dataset.input_shape, dataset.num_classes)
+    task = Task(model, ce, dataset.num_classes)
     algorithms = {
         "fedavg": build_algorithm("fedavg"),
         "fedreg-mg": build_algorithm("fedreg", gamma=0.4, eta_s=0.03, mg=True),
@@ -96,10 +162,13 @@ def main() -> None:
         state = pretrain(task, state, dataset, args.pretrain, args.seed)
     acc, _ = task.evaluate(state["x"], state["buffers"], dataset.x_test, dataset.y_test)
 
+    activation = args.activation or ("sigmoid" if args.model == "dlg-lenet" else "relu")
+    activation += ", average pooling" if args.avg_pool else ""
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"{args.threads} thread(s); Fashion-MNIST, cnn ({args.pretrain} pretraining steps, "
-        f"test accuracy {acc:.3f}), one local step at lr {LR}, targets {indices}"
+        f"{args.threads} thread(s); {args.dataset}, {args.model} ({activation}; "
+        f"{args.pretrain} pretraining steps, test accuracy {acc:.3f}), one local step at lr "
+        f"{LR}, targets {indices}"
     )
     rand = random_image_psnr(targets, seed=args.seed)
     mean = mean_image_psnr(mean_image(dataset), targets)
@@ -110,7 +179,7 @@ def main() -> None:
     for name in args.algorithms.split(","):
         for method in args.methods.split(","):
             restarts = args.restarts if method.startswith("ig") else 1
-            settings = settings_for(method, args.iterations, restarts, args.seed)
+            settings = settings_for(method, args.iterations, restarts, args.seed, args.init)
             t0 = time.perf_counter()
             results = attack_targets(algorithms[name], task, state, dataset, indices, LR, settings)
             seconds = time.perf_counter() - t0

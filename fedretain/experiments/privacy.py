@@ -15,15 +15,18 @@ Two halves, on the configuration given (its dataset, model, clients and local le
 3. **Training**: the configuration trained with FedAvg (no protection), FedReg with MG, and
    FedAvg and FedProx with DP-SGD at σ*; final accuracy and ε per run.
 
-Everything goes to ``DIR``: ``attacks/<method>.json`` (per-target PSNR/SSIM), ``runs/<method>/``
-(ordinary run folders), image grids, ``psnr_vs_sigma.png``, ``privacy.json`` and ``report.md``.
-A second invocation skips what is done and resumes interrupted runs.
+The targets are ``--images`` (chosen training images) or ``--targets`` drawn with the seed.
+Everything goes to ``DIR``: ``attacks/<method>.json`` (per-target PSNR/SSIM),
+``reconstructions/<method>.npy`` (the reconstructed images), ``grids/<method>.png`` (originals
+above their reconstructions), ``runs/<method>/`` (ordinary run folders), ``psnr_vs_sigma.png``,
+``privacy.json`` and ``report.md``, which lists the files. A second invocation skips what is
+done and resumes interrupted runs.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,7 +42,13 @@ from fedretain.data.base import as_float
 from fedretain.errors import ConfigError
 from fedretain.experiments.checkpoint import fingerprint
 from fedretain.experiments.run import run_experiment
-from fedretain.files import atomic_write_text, save_figure, write_json
+from fedretain.files import (
+    atomic_write_bytes,
+    atomic_write_text,
+    read_json,
+    save_figure,
+    write_json,
+)
 from fedretain.privacy.attacks import AttackSettings, attack_targets, mean_std
 from fedretain.privacy.dpsgd import DPSGD, with_dpsgd
 from fedretain.privacy.quality import mean_image, mean_image_psnr, random_image_psnr, save_grid
@@ -63,6 +72,7 @@ class Study:
     """The settings of one privacy comparison (the CLI's options)."""
 
     targets: int = 8
+    images: tuple[int, ...] = ()  # chosen training images (dataset indices); else `targets` drawn
     attack: str = "ig"
     iterations: int = 300
     restarts: int = 1
@@ -79,6 +89,13 @@ class Study:
             raise ConfigError(f"--steps must be >= 1, got {self.steps}")
         if self.targets < 1:
             raise ConfigError(f"--targets must be >= 1, got {self.targets}")
+        object.__setattr__(self, "images", tuple(self.images))  # a list from a preset or JSON
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in self.images):
+            raise ConfigError(
+                f"--images must be training-image indices >= 0, got {list(self.images)}"
+            )
+        if len(set(self.images)) != len(self.images):
+            raise ConfigError(f"--images lists an index twice: {list(self.images)}; list each once")
         if not self.sigmas or any(not s > 0 for s in self.sigmas):
             raise ConfigError(f"--sigmas must be noise multipliers > 0, got {self.sigmas}")
         if list(self.sigmas) != sorted(self.sigmas):
@@ -125,6 +142,8 @@ def study_args(study: Study) -> list[str]:
     for key in ("targets", "attack", "iterations", "restarts", "steps", "max_grad_norm", "seed"):
         if getattr(study, key) != getattr(default, key):
             args += [f"--{key.replace('_', '-')}", str(getattr(study, key))]
+    if study.images:
+        args += ["--images", ",".join(str(i) for i in study.images)]
     if study.sigmas != default.sigmas:
         args += ["--sigmas", ",".join(f"{s:g}" for s in study.sigmas)]
     if not study.train:
@@ -132,9 +151,19 @@ def study_args(study: Study) -> list[str]:
     return args
 
 
-def _target_indices(num: int, count: int, seed: int) -> list[int]:
-    rng = np.random.default_rng([seed, 0x505356])
-    return sorted(int(i) for i in rng.choice(num, size=min(count, num), replace=False))
+def _target_indices(num: int, study: Study, dataset: str) -> list[int]:
+    """The chosen ``study.images`` (checked against the ``num`` training images), else
+    ``study.targets`` indices drawn with ``study.seed``."""
+    if study.images:
+        outside = [i for i in study.images if i >= num]
+        if outside:
+            raise ConfigError(
+                f"--images {','.join(map(str, outside))} out of range: {dataset} has {num} "
+                f"training images; pass indices 0 to {num - 1}"
+            )
+        return list(study.images)
+    rng = np.random.default_rng([study.seed, 0x505356])
+    return sorted(int(i) for i in rng.choice(num, size=min(study.targets, num), replace=False))
 
 
 class PrivacyStudy:
@@ -143,9 +172,9 @@ class PrivacyStudy:
     def __init__(self, cfg: Config, out: str | Path, study: Study) -> None:
         self.cfg, self.out, self.study = cfg, Path(out), study
         self.fed = build_federation(cfg)
-        self.indices = _target_indices(len(self.fed.dataset.y_train), study.targets, study.seed)
+        dataset = self.fed.dataset
+        self.indices = _target_indices(len(dataset.y_train), study, dataset.name)
         self.attacks: dict[str, dict[str, Any]] = {}
-        self.reconstructions: dict[str, list[torch.Tensor]] = {}
 
     # ----------------------------------------------------------------------------- attacks
 
@@ -160,11 +189,23 @@ class PrivacyStudy:
         dp = DPSGD(sigma, self.study.max_grad_norm, expected_batch_size=1)
         return with_dpsgd(build_algorithm("fedavg", opt), dp)
 
+    def files(self, method: str) -> dict[str, Path]:
+        """Where ``method``'s attack is written: its per-target ``json``, the ``reconstructions``
+        (``.npy``, (targets, C, H, W) in [0, 1], in the order of the targets) and the ``grid``
+        (PNG: originals on top, reconstructions below)."""
+        return {
+            "json": self.out / "attacks" / f"{method}.json",
+            "reconstructions": self.out / "reconstructions" / f"{method}.npy",
+            "grid": self.out / "grids" / f"{method}.png",
+        }
+
     def attack(self, method: str) -> dict[str, Any]:
-        """Per-target PSNR/SSIM of the attack on ``method``'s one-step update (cached)."""
-        path = self.out / "attacks" / f"{method}.json"
-        if path.exists():
-            result = json.loads(path.read_text())
+        """Per-target PSNR/SSIM of the attack on ``method``'s one-step update (cached; the
+        reconstructions and their grid are written before the JSON that marks it done)."""
+        files = self.files(method)
+        path = files["json"]
+        if path.exists() and files["reconstructions"].exists():
+            result = read_json(path)
             if result["indices"] == self.indices and result["study"] == self._key():
                 self.attacks[method] = result
                 return result
@@ -182,7 +223,13 @@ class PrivacyStudy:
             self.study.attack_settings(),
             steps=self.study.steps,
         )
-        self.reconstructions[method] = [r.pop("reconstruction") for r in rows]
+        reconstructions = torch.stack([r.pop("reconstruction") for r in rows])
+        buffer = io.BytesIO()
+        np.save(buffer, reconstructions.numpy())
+        atomic_write_bytes(files["reconstructions"], buffer.getvalue())
+        if reconstructions.dim() == 4:  # images: draw them
+            originals = torch.stack([self._image(i) for i in self.indices])
+            save_grid(originals, reconstructions, files["grid"], psnrs=[r["psnr"] for r in rows])
         psnr, psnr_std = mean_std(rows, "psnr")
         ssim, ssim_std = mean_std(rows, "ssim")
         result = {
@@ -197,13 +244,6 @@ class PrivacyStudy:
             "targets": rows,
         }
         write_json(path, result)
-        originals = torch.stack([self._image(i) for i in self.indices])
-        save_grid(
-            originals,
-            torch.stack(self.reconstructions[method]),
-            self.out / "grids" / f"{method}.png",
-            psnrs=[r["psnr"] for r in rows],
-        )
         self.attacks[method] = result
         return result
 
@@ -221,6 +261,7 @@ class PrivacyStudy:
             "max_grad_norm": s.max_grad_norm,
             "fedreg": s.fedreg,
             "seed": s.seed,
+            "ssim": "standard",  # Wang et al. as scikit-image computes it (7x7, no padding)
             "lr": self.cfg.lr,
             "model": self.cfg.model,
             "model_params": self.cfg.model_params,
@@ -264,7 +305,7 @@ class PrivacyStudy:
                 raise ConfigError(
                     f"{folder} holds a run of other settings; use another --out or delete it"
                 )
-            return json.loads((folder / "summary.json").read_text())
+            return read_json(folder / "summary.json")
         resume = (folder / "checkpoint" / "meta.json").exists()
         return run_experiment(cfg, folder, progress=False, resume=resume)
 
@@ -377,7 +418,8 @@ def report(result: dict[str, Any], out: Path) -> str:
         f"Attack: {study['attack']}, {study['iterations']} iterations, {study['restarts']} "
         f"restart(s), on {study.get('steps', 1)} local step(s) of a client holding one training "
         f"image, from the "
-        f"initial global model; {len(result['targets'])} targets. DP-SGD: clipping norm "
+        f"initial global model; {len(result['targets'])} targets (training images "
+        f"{', '.join(map(str, result['targets']))}). DP-SGD: clipping norm "
         f"{study['max_grad_norm']}, the image as the batch.",
         "",
         "| method | PSNR (dB) | SSIM | label recovered |",
@@ -445,10 +487,23 @@ def report(result: dict[str, Any], out: Path) -> str:
             "mini-batch steps (SGD's one full-batch step is refused) and FedCurv's uplink "
             "carries a Fisher computed from raw data, which DP-SGD does not cover.",
         ]
-    lines += ["", "Reconstructions (originals on top):", ""]
+    lines += ["", "## Reconstructions", "", "Originals on top, reconstructions below:", ""]
     for method in attacks:
         if (out / "grids" / f"{method}.png").exists():
             lines.append(f"- {method}: ![{method}](grids/{method}.png)")
+    lines += ["", "## Files", ""]
+    files = [
+        ("privacy.json", "every number of this report"),
+        ("psnr_vs_sigma.png", "the attack's PSNR against DP-SGD's σ"),
+        *((f"attacks/{m}.json", f"{m}: PSNR, SSIM and label per target") for m in attacks),
+        *(
+            (f"reconstructions/{m}.npy", f"{m}: the reconstructions, (targets, C, H, W)")
+            for m in attacks
+        ),
+        *((f"grids/{m}.png", f"{m}: originals and reconstructions") for m in attacks),
+        *((f"runs/{name}/", "a training run's folder") for name in result.get("runs", {})),
+    ]
+    lines += [f"- `{name}`: {what}" for name, what in files if (out / name).exists()]
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,9 @@ Choices:
   iterate of lowest loss, and stops at the first non-finite loss (DLG's L-BFGS diverges on a
   share of images).
 - Every reconstruction is returned clamped into the data box, so PSNR compares like with like.
+- iDLG starts ``x'`` uniform in the data box rather than from a standard normal draw: through
+  DLG's sigmoid LeNet on Fashion-MNIST it then recovers every image tried (72 dB against
+  22 ± 18 dB; docs/privacy.md). DLG keeps the normal draw, with which it did better there.
 - The attacker's loss is plain cross-entropy whatever the task's training loss (as the papers).
 - Defaults are sized for a CPU: IG runs 400 iterations and 2 restarts (Geiping et al. run
   24,000 and 8 restarts on ImageNet; FedReg 32,000); α_TV is 1e-4 (the papers use 1e-6 to
@@ -81,11 +84,13 @@ __all__ = [
 
 METHODS = ("dlg", "idlg", "ig")
 DISTANCES = ("l2", "cosine")
+INITS = ("normal", "uniform")
 
 # per-method defaults (the dataclass's own defaults are Inverting Gradients')
+_LBFGS = {"iterations": 300, "lr": 1.0, "restarts": 1, "tv": 0.0, "distance": "l2"}
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "dlg": {"iterations": 300, "lr": 1.0, "restarts": 1, "tv": 0.0, "distance": "l2"},
-    "idlg": {"iterations": 300, "lr": 1.0, "restarts": 1, "tv": 0.0, "distance": "l2"},
+    "dlg": {**_LBFGS, "init": "normal"},
+    "idlg": {**_LBFGS, "init": "uniform"},
     "ig": {"iterations": 400, "lr": 0.1, "restarts": 2, "tv": 1e-4, "distance": "cosine"},
 }
 
@@ -110,6 +115,8 @@ class AttackSettings:
     - ``tv``: weight α_TV of the total variation of ``x'``;
     - ``distance``: ``l2`` (DLG's) or ``cosine`` (IG's);
     - ``box``: the data box ``x'`` is clamped into (IG: every step; all: the result);
+    - ``init``: where ``x'`` starts: ``normal`` (a standard normal draw, as the papers' code;
+      DLG's and IG's default) or ``uniform`` (uniform in the data box; iDLG's default here);
     - ``seed``: the same seed gives the same reconstruction.
     """
 
@@ -120,6 +127,7 @@ class AttackSettings:
     tv: float = 1e-4
     distance: str = "cosine"
     box: tuple[float, float] = (0.0, 1.0)
+    init: str = "normal"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -127,6 +135,8 @@ class AttackSettings:
             raise ConfigError(unknown_choice("attack method", self.method, METHODS))
         if self.distance not in DISTANCES:
             raise ConfigError(unknown_choice("attack distance", self.distance, DISTANCES))
+        if self.init not in INITS:
+            raise ConfigError(unknown_choice("attack init", self.init, INITS))
         for name in ("iterations", "restarts"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
@@ -148,8 +158,8 @@ class AttackSettings:
 
     @classmethod
     def for_method(cls, method: str, **overrides: Any) -> AttackSettings:
-        """``method``'s defaults (DLG/iDLG: 300 L-BFGS iterations, lr 1, L2, no TV; IG: the
-        class defaults) with ``overrides``."""
+        """``method``'s defaults (DLG/iDLG: 300 L-BFGS iterations, lr 1, L2, no TV; iDLG
+        starts uniform in the box; IG: the class defaults) with ``overrides``."""
         if method not in METHODS:
             raise ConfigError(unknown_choice("attack method", method, METHODS))
         names = {f.name for f in fields(cls)}
@@ -489,7 +499,12 @@ def invert(
     best: tuple[float, Tensor, Tensor] | None = None
     for restart in range(settings.restarts):
         gen = _restart_generator(settings.seed, restart)
-        x = torch.randn(shape, generator=gen).to(device).requires_grad_(True)
+        low, high = settings.box
+        if settings.init == "uniform":
+            x = low + (high - low) * torch.rand(shape, generator=gen)
+        else:
+            x = torch.randn(shape, generator=gen)
+        x = x.to(device).requires_grad_(True)
         if method == "ig":
             assert labels is not None
             rec, used, loss = _sign_adam(objective, x, labels)

@@ -5,13 +5,16 @@
   ``10 log10(1 / MSE)`` per image on the data box [0, 1] (``data_range = 1``); identical images
   give ``inf``.
 - SSIM (Wang, Bovik, Sheikh, Simoncelli, "Image Quality Assessment: From Error Visibility to
-  Structural Similarity", IEEE TIP 2004) per image, with the usual 11x11 Gaussian window
-  (σ = 1.5); images smaller than 11 pixels on a side use the largest odd uniform window that
-  fits.
+  Structural Similarity", IEEE TIP 2004) per image, as scikit-image's ``structural_similarity``
+  computes it: a 7x7 uniform window, sample (co)variances, K1 = 0.01, K2 = 0.03, the mean
+  over the windows that lie inside the image (no padding; channels averaged); images smaller
+  than 7 pixels on a side use the largest odd window that fits. (torchmetrics' default, an
+  11x11 Gaussian window averaged over a reflect-padded border as well, reads lower on small
+  images: 0.59 where this reads 0.75 on a Fashion-MNIST image with Gaussian noise of σ 0.1.)
 
-Both are torchmetrics' functional implementations. Baselines put a PSNR in context: a uniform
-random image, and the dataset's mean training image, against each target (an attack that
-beats neither recovered nothing about the particular image).
+PSNR is torchmetrics'. Baselines put a PSNR in context: a uniform random image, and the
+dataset's mean training image, against each target (an attack that beats neither recovered
+nothing about the particular image).
 """
 
 from __future__ import annotations
@@ -22,11 +25,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from skimage.metrics import structural_similarity
 from torch import Tensor
-from torchmetrics.functional.image import (
-    peak_signal_noise_ratio,
-    structural_similarity_index_measure,
-)
+from torchmetrics.functional.image import peak_signal_noise_ratio
 
 from fedretain.data.base import Dataset, as_float
 from fedretain.errors import ConfigError
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 DATA_RANGE = 1.0  # images live in the data box [0, 1] (as_float)
+SSIM_WINDOW = 7  # scikit-image's default window side
 
 
 def _batched(images: Tensor, name: str, image: bool = False) -> Tensor:
@@ -80,7 +82,8 @@ def psnr(reconstruction: Tensor, target: Tensor) -> Tensor:
 
 
 def ssim(reconstruction: Tensor, target: Tensor) -> Tensor:
-    """SSIM of each reconstruction against its target, shape ``(B,)`` (1 where equal)."""
+    """Standard SSIM of each reconstruction against its target, shape ``(B,)`` (1 where
+    equal): scikit-image's ``structural_similarity`` (in float64), data range 1."""
     rec, tgt = _pair(reconstruction, target, image=True)
     side = min(rec.shape[-2:])
     if side < 3:
@@ -88,20 +91,13 @@ def ssim(reconstruction: Tensor, target: Tensor) -> Tensor:
             f"SSIM needs images of at least 3x3 pixels, got {tuple(rec.shape[-2:])}; "
             "report PSNR only for such inputs"
         )
-    if side >= 11:
-        out = structural_similarity_index_measure(rec, tgt, data_range=DATA_RANGE, reduction="none")
-    else:
-        size = side if side % 2 else side - 1
-        out = structural_similarity_index_measure(
-            rec,
-            tgt,
-            gaussian_kernel=False,
-            kernel_size=size,
-            data_range=DATA_RANGE,
-            reduction="none",
-        )
-    assert isinstance(out, Tensor)
-    return out
+    window = min(SSIM_WINDOW, side if side % 2 else side - 1)
+    pairs = zip(rec.double().cpu().numpy(), tgt.double().cpu().numpy(), strict=True)
+    values = [
+        structural_similarity(r, t, win_size=window, data_range=DATA_RANGE, channel_axis=0)
+        for r, t in pairs
+    ]
+    return torch.tensor(values, dtype=rec.dtype, device=rec.device)
 
 
 def random_image_psnr(targets: Tensor, seed: int = 0) -> Tensor:

@@ -3,6 +3,7 @@ generated sentences and its resumability."""
 
 import json
 
+import numpy as np
 import pytest
 
 from fedretain.errors import ConfigError
@@ -126,3 +127,47 @@ def test_privacy_command_writes_the_report_and_refuses_bad_options(tmp_path, cap
     assert "## Accuracy" not in (tmp_path / "report.md").read_text()  # --no-train
     assert main([*args, "--sigmas", "1,0.1", *TINY]) == 2
     assert "increasing" in capsys.readouterr().err
+
+
+def test_chosen_images_are_attacked_and_their_reconstructions_saved(tmp_path, capsys):
+    from PIL import Image
+
+    from fedretain.cli import main
+
+    args = ["privacy", "--out", str(tmp_path), "--iterations", "5", "--sigmas", "0.1"]
+    assert main([*args, "--images", "7,3", "--no-train", *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert str(tmp_path / "grids" / "fedavg.png") in printed
+    result = json.loads((tmp_path / "privacy.json").read_text())
+    assert result["targets"] == [7, 3]  # the chosen images, in the order given
+    saved = np.load(tmp_path / "reconstructions" / "fedavg.npy")
+    attack = json.loads((tmp_path / "attacks" / "fedavg.json").read_text())
+    assert saved.shape == (2, 1, 8, 8) and saved.min() >= 0 and saved.max() <= 1
+    assert [t["index"] for t in attack["targets"]] == [7, 3]
+    with Image.open(tmp_path / "grids" / "fedavg.png") as img:
+        assert img.format == "PNG" and img.size[0] > 0
+    text = (tmp_path / "report.md").read_text()
+    assert "training images 7, 3" in text
+    for name in ("privacy.json", "attacks/fedavg.json", "reconstructions/fedavg.npy"):
+        assert f"- `{name}`" in text
+    assert "- `grids/fedavg+dpsgd-0.1.png`" in text
+
+
+@pytest.mark.parametrize(
+    ("images", "message"),
+    [
+        ("3,1437", "out of range: digits has 1437 training images; pass indices 0 to 1436"),
+        ("1,x", "comma-separated"),
+    ],
+)
+def test_bad_chosen_images_are_one_line_errors(tmp_path, capsys, images, message):
+    from fedretain.cli import main
+
+    args = ["privacy", "--out", str(tmp_path), "--images", images, "--no-train", *TINY]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    with pytest.raises(ConfigError, match="twice"):
+        Study(images=(2, 2))
+    with pytest.raises(ConfigError, match=">= 0"):
+        Study(images=(-1,))

@@ -100,3 +100,47 @@ def test_bad_inputs_give_one_line_config_errors(tmp_path):
             case()
         assert "\n" not in str(err.value)
     assert not (tmp_path / "x.png").exists()
+
+
+def ssim_by_the_formula(x: np.ndarray, y: np.ndarray, window: int = 7) -> float:
+    """Wang et al. (2004) in float64: mean over every ``window``² patch inside the image of
+    (2μxμy + C1)(2σxy + C2) / ((μx² + μy² + C1)(σx² + σy² + C2)), sample (co)variances,
+    C1 = (0.01)², C2 = (0.03)² (data range 1)."""
+    view = np.lib.stride_tricks.sliding_window_view
+    px = view(x.astype(np.float64), (window, window)).reshape(-1, window * window)
+    py = view(y.astype(np.float64), (window, window)).reshape(-1, window * window)
+    mx, my = px.mean(axis=1), py.mean(axis=1)
+    n = window * window
+    vx, vy = px.var(axis=1, ddof=1), py.var(axis=1, ddof=1)
+    cxy = ((px - mx[:, None]) * (py - my[:, None])).sum(axis=1) / (n - 1)
+    c1, c2 = 0.01**2, 0.03**2
+    s = (2 * mx * my + c1) * (2 * cxy + c2) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+    return float(s.mean())
+
+
+def test_ssim_is_the_standard_one_of_the_paper_formula():
+    gen = torch.Generator().manual_seed(11)
+    # a dark-background 28x28 image with a bright blob, and three distortions of it
+    target = torch.zeros(1, 1, 28, 28)
+    target[..., 6:22, 8:20] = torch.rand((1, 1, 16, 12), generator=gen) * 0.5 + 0.5
+    noisy = (target + 0.05 * torch.randn(target.shape, generator=gen)).clamp(0, 1)
+    shifted = torch.roll(target, shifts=(1, 2), dims=(2, 3))
+    other = torch.rand(target.shape, generator=gen)
+    recs = torch.cat([noisy, shifted, other, target])
+    targets = target.expand_as(recs)
+    got = ssim(recs, targets)
+    expected = [ssim_by_the_formula(r[0].numpy(), t[0].numpy()) for r, t in zip(recs, targets)]
+    assert np.allclose(got.numpy(), expected, atol=1e-4), (got, expected)
+    assert expected[0] > 0.8 > expected[2] and expected[3] == pytest.approx(1.0)
+    # small images use the largest odd window that fits: 5x5 on 6x6, 3x3 on 4x4
+    for side, window in ((6, 5), (4, 3)):
+        a, b = images(2, side=side, seed=5), images(2, side=side, seed=6)
+        expected = [ssim_by_the_formula(p[0].numpy(), q[0].numpy(), window) for p, q in zip(a, b)]
+        assert np.allclose(ssim(a, b).numpy(), expected, atol=1e-4)
+
+
+def test_ssim_of_colour_images_averages_the_channels():
+    a, b = images(1, side=9, seed=1).expand(1, 3, 9, 9).clone(), images(1, side=9, seed=2)
+    b = torch.cat([b, b * 0.5, b.flip(-1)], dim=1)
+    per_channel = [ssim_by_the_formula(a[0, c].numpy(), b[0, c].numpy()) for c in range(3)]
+    assert ssim(a, b).item() == pytest.approx(float(np.mean(per_channel)), abs=1e-4)

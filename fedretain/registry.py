@@ -7,12 +7,17 @@ and each component is one line there::
 
     ALGORITHMS.add("fedprox", fedprox, "FedAvg with a proximal term (Li 2020)")
 
+The factory may also be named as ``"fedretain.algorithms.fedprox:fedprox"``: it is then imported
+when first used, so that listing a kind's names and descriptions (``fedretain list``) does not
+import torch.
 A component's parameters are its factory's keyword arguments that have defaults (positional
 arguments are what fedretain supplies: the dataset's labels, the model's input shape...);
 a config sets them as ``<prefix>.<param>`` (``algo.mu``, ``engine.chunk``). Lookup, "did you
 mean", and checking each value against the type of its default are written once, here.
 A name that is a Python keyword takes a trailing underscore in the factory (``lambda_``) and
-none in configs (``algo.lambda``).
+none in configs (``algo.lambda``). Each parameter's meaning is a ``:param NAME: meaning`` line
+of its factory's docstring (of a class: the class's or ``__init__``'s), shown by
+``fedretain list <kind> --params`` and in the documentation (:meth:`Registry.meanings`).
 
 :func:`kind` returns a kind's registry with every entry loaded: the packages that declare
 entries of a kind are listed in :data:`PROVIDERS` and imported on first use, so this module
@@ -22,9 +27,11 @@ entries of a kind are listed in :data:`PROVIDERS` and imported on first use, so 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import keyword
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,16 +59,30 @@ PROVIDERS: dict[str, tuple[str, ...]] = {
 }
 
 _REGISTRIES: dict[str, Registry] = {}
+# ":param name: text" up to the next field line, a blank line or the end (Sphinx style)
+_PARAM = re.compile(
+    r"^[ \t]*:param[ \t]+(?:[^:\s]+[ \t]+)?(\w+):(.*?)(?=^[ \t]*:(?!\w+:`)|^[ \t]*$|\Z)",
+    re.M | re.S,
+)
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered component: ``factory(*supplied, **params)`` builds it."""
+    """One registered component: ``factory(*supplied, **params)`` builds it. ``target`` is the
+    factory, or ``"module:name"`` where it is: imported on first use of :attr:`factory`, so
+    that listing names and descriptions imports none of the modules behind them."""
 
     name: str
-    factory: Callable[..., Any]
+    target: Callable[..., Any] | str
     description: str  # one line for `fedretain list`
     meta: dict[str, Any] = field(default_factory=dict)  # kind-specific facts (a dataset's folder)
+
+    @functools.cached_property
+    def factory(self) -> Callable[..., Any]:
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 def config_key(param: str) -> str:
@@ -74,7 +95,8 @@ class Registry:
     """The components of one kind, by name.
 
     ``internal``: factory keywords fedretain supplies itself (never config keys);
-    ``common``: parameters every entry takes on top of its factory's (handled by the caller).
+    ``common``: parameters every entry takes on top of its factory's (handled by the caller),
+    with their meanings in ``common_help``.
     """
 
     def __init__(
@@ -83,16 +105,19 @@ class Registry:
         *,
         internal: tuple[str, ...] = (),
         common: dict[str, Any] | None = None,
+        common_help: dict[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self.internal = set(internal)
         self.common = dict(common or {})
+        self.common_help = dict(common_help or {})
         self.entries: dict[str, Entry] = {}
         _REGISTRIES[kind] = self
 
     def add(
-        self, name: str, factory: Callable[..., Any], description: str, **meta: Any
-    ) -> Callable[..., Any]:
+        self, name: str, factory: Callable[..., Any] | str, description: str, **meta: Any
+    ) -> Callable[..., Any] | str:
+        """Register ``factory`` (or ``"module:name"``, imported on first use) as ``name``."""
         if name in self.entries:
             raise ValueError(f"{self.kind} '{name}' is registered twice")
         self.entries[name] = Entry(name, factory, description, meta)
@@ -134,6 +159,20 @@ class Registry:
         """The parameters of component ``name`` with their defaults (factory's, then common)."""
         return {**{k: p.default for k, p in self.keywords(name).items()}, **self.common}
 
+    def meanings(self, name: str) -> dict[str, str]:
+        """The meaning of each parameter of component ``name`` (:meth:`params`' keys), from the
+        ``:param NAME:`` lines of its factory's docstring; "" where there is none."""
+        factory = self.get(name).factory
+        docs = [inspect.getdoc(factory) or ""]
+        if inspect.isclass(factory):
+            docs.append(inspect.getdoc(factory.__init__) or "")
+        found = {
+            config_key(m.group(1)): " ".join(m.group(2).split())
+            for doc in reversed(docs)
+            for m in _PARAM.finditer(doc)
+        }
+        return {k: found.get(k) or self.common_help.get(k, "") for k in self.params(name)}
+
     def check(self, name: str, given: dict[str, Any], prefix: str | None = None) -> dict[str, Any]:
         """``given`` with every key known and every value of its default's type (one-line
         errors naming the key, the value and what is allowed)."""
@@ -174,7 +213,10 @@ class Registry:
 
 def coerce(key: str, value: Any, default: Any) -> Any:
     """``value`` checked against the type of ``default`` (ints are accepted for floats; a
-    comma-separated string or a single value for a list); a default of None accepts anything."""
+    comma-separated string or a single value for a list); a default of None accepts anything,
+    and the string ``none`` (any case) is None there."""
+    if default is None:
+        return None if isinstance(value, str) and value.strip().lower() == "none" else value
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value

@@ -50,3 +50,30 @@ def test_settings_and_datasets_tables_come_from_config_and_registries(hook):
     for name, entry in kind("dataset").items():
         assert f"| `{name}` |" in datasets
         assert hook._cell(entry.meta["how_to_get"]) in datasets
+
+
+def test_committed_pages_carry_the_tables_of_the_code(hook):
+    stale = [str(p.relative_to(ROOT)) for p in hook.stale_pages()]
+    assert not stale, f"{stale} out of date: run python docs/hooks/generate.py --write"
+
+
+def test_fill_puts_a_table_between_its_markers_and_refreshes_it(hook):
+    once = hook.fill("a\n\n<!-- fedretain:kinds -->\n\nb\n")
+    assert once.startswith("a\n\n<!-- fedretain:kinds -->\n\n| kind | entries |")
+    assert once.endswith("<!-- /fedretain:kinds -->\n\nb\n")
+    stale = once.replace("| kind | entries |", "| old |")
+    assert hook.fill(stale) == once == hook.fill(once)
+    with pytest.raises(ValueError, match="unknown table marker"):
+        hook.fill("<!-- fedretain:nosuch -->")
+
+
+def test_every_file_the_docs_and_experiments_point_to_exists():
+    pointers = re.compile(r"(?<![\w/.])((?:scripts|benchmarks|experiments|docs)/[\w./-]*\w)")
+    texts = [*DOCS.glob("*.md"), *(ROOT / "experiments").glob("*.toml"), ROOT / "README.md"]
+    missing = [
+        f"{text.relative_to(ROOT)}: {path}"
+        for text in texts
+        for path in pointers.findall(text.read_text())
+        if not (ROOT / path).exists()
+    ]
+    assert not missing, missing

@@ -1,20 +1,34 @@
-"""MkDocs hook: the tables that come from the code, written into the pages at build time.
+"""The tables of the documentation that come from the code, kept in the pages themselves.
 
-A page holds a marker ``<!-- fedretain:NAME -->`` and gets the table NAME in its place, made
-from the one place that defines it: the config keys from :class:`fedretain.recipe.config.Config`
-(each field's help) and the registries (:func:`fedretain.registry.kind`), the algorithms from
-their registry and their modules' docstrings, the data sets from their registry's
-``how_to_get``.
+A page holds the table NAME between ``<!-- fedretain:NAME -->`` and ``<!-- /fedretain:NAME -->``,
+made from the one place that defines it: the config keys from
+:class:`fedretain.recipe.config.Config` (each field's help) and the registries
+(:func:`fedretain.registry.kind`; each option's meaning from its factory's ``:param:`` line),
+the algorithms from their registry and their modules' docstrings, the data sets from their
+registry's ``how_to_get``. The pages in the repository carry the tables (so they read on their
+own); after changing a registry or a config key, rewrite them with::
+
+    python docs/hooks/generate.py --write
+
+(``--check`` lists the pages that are out of date and exits 1). As an MkDocs hook it fills the
+tables afresh at build time.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+DOCS = Path(__file__).resolve().parents[1]
 MARKER = re.compile(r"<!-- fedretain:([a-z-]+) -->")
+# a marker with the table after it, up to its end marker (a bare marker: nothing yet)
+_BLOCK = re.compile(
+    r"<!-- fedretain:([a-z-]+) -->(?:(?:(?!<!-- fedretain:).)*?<!-- /fedretain:\1 -->)?", re.S
+)
 
 
 def _cell(text: Any) -> str:
@@ -37,13 +51,18 @@ def settings() -> str:
             f"{param_help(prefix)} (`{comp.name_field}=NAME`).",
             "",
         ]
-        out += ["| name | what it is | options (defaults) |", "|---|---|---|"]
+        out += ["| name | what it is | option (default) | meaning |", "|---|---|---|---|"]
         registry = kind(comp.kind)
         for name, entry in registry.items():
-            opts = ", ".join(f"`{o}`" for o in option_defaults(prefix, name))
-            out.append(f"| `{name}` | {_cell(entry.description)} | {opts or '-'} |")
+            options = zip(option_defaults(prefix, name), registry.meanings(name).values())
+            first = f"| `{name}` | {_cell(entry.description)} |"
+            for option, meaning in options:
+                out.append(f"{first} `{option}` | {_cell(meaning)} |")
+                first = "| | |"
+            if first.startswith("| `"):
+                out.append(f"{first} - | |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out).rstrip("\n")
 
 
 def _citation(doc: str) -> tuple[str, str, str]:
@@ -112,6 +131,7 @@ def algorithms() -> str:
 
 
 def datasets() -> str:
+    from fedretain.recipe.config import toml_text
     from fedretain.registry import kind
 
     registry = kind("dataset")
@@ -125,10 +145,14 @@ def datasets() -> str:
         )
         if folder.startswith("/"):
             folder = f"`{folder}`"
-        opts = ", ".join(f"`dataset.{k}`" for k in registry.params(name)) or "-"
+        meanings = registry.meanings(name)
+        opts = "<br>".join(
+            f"`dataset.{k}={toml_text(v)}`: {_cell(meanings[k])}"
+            for k, v in registry.params(name).items()
+        )
         rows.append(
             f"| `{name}` | {_cell(entry.description)} | {folder} "
-            f"| {_cell(entry.meta.get('how_to_get', ''))} | {opts} |"
+            f"| {_cell(entry.meta.get('how_to_get', ''))} | {opts or '-'} |"
         )
     return "\n".join(rows)
 
@@ -150,10 +174,48 @@ TABLES: dict[str, Callable[[], str]] = {
 }
 
 
-def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    def table(m: re.Match[str]) -> str:
-        if m.group(1) not in TABLES:
-            raise ValueError(f"{page.file.src_path}: unknown table marker {m.group(0)}")
-        return TABLES[m.group(1)]()
+def fill(markdown: str, where: str = "page") -> str:
+    """``markdown`` with each marked table made afresh (a bare marker gets its table)."""
 
-    return MARKER.sub(table, markdown)
+    def table(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in TABLES:
+            raise ValueError(f"{where}: unknown table marker <!-- fedretain:{name} -->")
+        return f"<!-- fedretain:{name} -->\n\n{TABLES[name]()}\n\n<!-- /fedretain:{name} -->"
+
+    return _BLOCK.sub(table, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    return fill(markdown, page.file.src_path)
+
+
+def stale_pages(write: bool = False) -> list[Path]:
+    """The pages under ``docs/`` whose tables differ from the code's (rewritten if ``write``)."""
+    stale = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        if MARKER.search(text) and (new := fill(text, str(page))) != text:
+            stale.append(page)
+            if write:
+                page.write_text(new, encoding="utf-8")
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the code's tables into docs/*.md.")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--write", action="store_true", help="rewrite the out-of-date pages")
+    action.add_argument("--check", action="store_true", help="list them; exit 1 if any")
+    args = parser.parse_args(argv)
+    stale = stale_pages(write=args.write)
+    for page in stale:
+        print(f"{'rewrote' if args.write else 'out of date'}: {page.relative_to(DOCS.parent)}")
+    if args.check and stale:
+        print("run: python docs/hooks/generate.py --write", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

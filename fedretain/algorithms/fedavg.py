@@ -47,7 +47,11 @@ def fedavg(
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedAvg; ``penalty`` and ``correct`` are the local-training hooks others plug in,
-    ``server_opt`` and ``aggregator`` the server's."""
+    ``server_opt`` and ``aggregator`` the server's.
+
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     opt = opt or sgd()
     step = ServerStep(weighted, aggregator, server_opt)
 

@@ -31,7 +31,14 @@ def fedavgm(
     penalty: Penalty | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedAvgM with momentum ``beta`` and server learning rate ``server_lr``."""
+    """FedAvgM with momentum ``beta`` and server learning rate ``server_lr``.
+
+    :param beta: server momentum β in [0, 1) applied to the round's mean update
+    :param server_lr: server learning rate η_g (> 0) of the momentum step
+    :param nesterov: Nesterov momentum on the server
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     if not 0 <= beta < 1:
         raise ValueError(f"algo.beta must be in [0, 1), got {beta}")
     if not server_lr > 0:

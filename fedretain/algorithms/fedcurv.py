@@ -98,7 +98,15 @@ def fedcurv(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedCurv with penalty strength ``lambda_`` (``algo.lambda``)."""
+    """FedCurv with penalty strength ``lambda_`` (``algo.lambda``).
+
+    :param lambda_: strength λ (>= 0) of the Fisher penalty towards the other clients' models
+    :param memory: the server keeps every client's latest Fisher terms (false: only the previous
+        round's, as FedReg's code)
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    :param fisher_chunk: samples per pass of the Fisher computation (0: sized to about 256 MiB)
+    """
     if not lambda_ >= 0:
         raise ValueError(f"algo.lambda must be >= 0, got {lambda_}")
     if fisher_chunk < 0:

@@ -63,7 +63,10 @@ def dyn_penalty(alpha: float) -> ClosedFormPenalty:
 
 
 def feddyn(*, alpha: float = 0.01, opt: Optimizer | None = None) -> Algorithm:
-    """FedDyn with regularisation strength ``alpha`` (α)."""
+    """FedDyn with regularisation strength ``alpha`` (α).
+
+    :param alpha: strength α (> 0) of the dynamic regulariser
+    """
     if not alpha > 0:
         raise ValueError(f"algo.alpha must be > 0 (the server divides by it), got {alpha}")
     base = fedavg(weighted=False, opt=opt, penalty=dyn_penalty(alpha))

@@ -189,7 +189,15 @@ def fedmlb(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedMLB with loss weights ``lambda_*`` (all 1 in the paper) and KL temperature ``T``."""
+    """FedMLB with loss weights ``lambda_*`` (all 1 in the paper) and KL temperature ``T``.
+
+    :param lambda_ce: weight of the local model's cross-entropy
+    :param lambda_hce: weight of the hybrid paths' mean cross-entropy
+    :param lambda_kl: weight of the hybrid paths' mean KL divergence to the local output
+    :param temperature: softmax temperature T of the KL term
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     for key, value in (
         ("lambda_ce", lambda_ce),
         ("lambda_hce", lambda_hce),

@@ -43,7 +43,12 @@ def fedprox(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedProx with proximal coefficient ``mu``."""
+    """FedProx with proximal coefficient ``mu``.
+
+    :param mu: weight μ (>= 0) of the proximal term μ/2 ‖y − x‖² towards the received model
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     if mu < 0:
         raise ValueError(f"algo.mu must be >= 0, got {mu}")
     server = {"server_opt": server_opt, "aggregator": aggregator}

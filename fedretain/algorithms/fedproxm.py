@@ -26,7 +26,15 @@ def fedproxm(
     opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedProx local training with FedAvgM aggregation."""
+    """FedProx local training with FedAvgM aggregation.
+
+    :param mu: weight μ (>= 0) of the proximal term μ/2 ‖y − x‖² towards the received model
+    :param beta: server momentum β in [0, 1) applied to the round's mean update
+    :param server_lr: server learning rate η_g (> 0) of the momentum step
+    :param nesterov: Nesterov momentum on the server
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     if mu < 0:
         raise ValueError(f"algo.mu must be >= 0, got {mu}")
     algo = fedavgm(

@@ -225,7 +225,21 @@ def fedreg(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedReg (``mg=True``: FedReg with MG); ``eta_p`` defaults to ``0.01 * eta_s``."""
+    """FedReg (``mg=True``: FedReg with MG); ``eta_p`` defaults to ``0.01 * eta_s``.
+
+    :param gamma: γ in [0, 1]: the real batch's gradient is taken at γθ + (1−γ)θ_g
+    :param eta_s: sign-step size η_s (>= 0) that makes the pseudo data
+    :param eta_p: sign-step size η_p (>= 0) that makes the perturbed data (none: 0.01 η_s)
+    :param steps: sign steps E that make the pseudo and perturbed data
+    :param mg: FedReg with MG: the gradient made orthogonal to the pseudo data's, against gradient
+        inversion
+    :param direction: the sign steps go up the loss (ascent, as the paper prints) or down (descent,
+        as the reference code)
+    :param clamp: clamp the generated inputs to the range of the client's data, as the reference
+        code
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean, as FedReg's code)
+    """
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"algo.gamma must be in [0, 1], got {gamma}")
     if not eta_s >= 0:

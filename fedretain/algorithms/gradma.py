@@ -132,7 +132,18 @@ def gradma(
     weighted: bool = False,
     opt: Optimizer | None = None,
 ) -> Algorithm:
-    """GradMA; ``variant`` is ``both``, ``worker`` (GradMA-W) or ``server`` (GradMA-S)."""
+    """GradMA; ``variant`` is ``both``, ``worker`` (GradMA-W) or ``server`` (GradMA-S).
+
+    :param variant: which side runs GradMA's QP: both, worker (GradMA-W) or server (GradMA-S)
+    :param beta1: server momentum β1 in [0, 1) of the mean update
+    :param beta2: decay β2 in [0, 1) of the server's memorised client updates
+    :param server_lr: server learning rate η_g of the projected momentum step
+    :param memory: most clients whose updates the server memorises (0: the server is FedAvgM)
+    :param per_layer: one QP per parameter tensor, as the reference code (false: one over the whole
+        model, as the paper)
+    :param weighted: average the clients' updates weighted by their sample counts (false: the plain
+        mean, as the paper)
+    """
     if variant not in VARIANTS:
         raise ValueError(f"algo.variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if not 0 <= beta1 < 1 or not 0 <= beta2 < 1:
@@ -239,7 +250,13 @@ def gradma(
 def gradma_w(
     *, per_layer: bool = False, weighted: bool = False, opt: Optimizer | None = None
 ) -> Algorithm:
-    """GradMA-W (Alg. 7): the worker-side QP with FedAvg's server."""
+    """GradMA-W (Alg. 7): the worker-side QP with FedAvg's server.
+
+    :param per_layer: one QP per parameter tensor, as the reference code (false: one over the whole
+        model, as the paper)
+    :param weighted: average the clients' updates weighted by their sample counts (false: the plain
+        mean, as the paper)
+    """
     return gradma(variant="worker", per_layer=per_layer, weighted=weighted, memory=0, opt=opt)
 
 
@@ -253,5 +270,15 @@ def gradma_s(
     weighted: bool = False,
     opt: Optimizer | None = None,
 ) -> Algorithm:
-    """GradMA-S (Alg. 8): FedAvg workers with the GradMA server."""
+    """GradMA-S (Alg. 8): FedAvg workers with the GradMA server.
+
+    :param beta1: server momentum β1 in [0, 1) of the mean update
+    :param beta2: decay β2 in [0, 1) of the server's memorised client updates
+    :param server_lr: server learning rate η_g of the projected momentum step
+    :param memory: most clients whose updates the server memorises (0: the server is FedAvgM)
+    :param per_layer: one QP per parameter tensor, as the reference code (false: one over the whole
+        model, as the paper)
+    :param weighted: average the clients' updates weighted by their sample counts (false: the plain
+        mean, as the paper)
+    """
     return gradma(variant="server", **locals())

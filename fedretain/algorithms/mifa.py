@@ -101,7 +101,7 @@ def _device(tree: Tree) -> torch.device:
 def mifa(*, wait_all: bool = False, opt: Optimizer | None = None) -> Algorithm:
     """MIFA: ``x ← x + η_t (1/N) Σ_i G_i`` over the remembered ``G_i = (y_i − x)/η_t``.
 
-    ``wait_all``: leave ``x`` unchanged until every client has participated at least once.
+    :param wait_all: leave the model unchanged until every client has taken part at least once
     """
 
     def server_init(params: Tree, buffers: Tree) -> Tree:
@@ -149,7 +149,11 @@ def mifa(*, wait_all: bool = False, opt: Optimizer | None = None) -> Algorithm:
 
 
 def mifam(*, beta: float = 0.9, server_lr: float = 1.0, opt: Optimizer | None = None) -> Algorithm:
-    """MIFA's memory with server momentum: ``m ← β m + (1/N) Σ_i d_i``, ``x ← x − η_g m``."""
+    """MIFA's memory with server momentum: ``m ← β m + (1/N) Σ_i d_i``, ``x ← x − η_g m``.
+
+    :param beta: server momentum β in [0, 1) on the mean of the remembered updates
+    :param server_lr: server learning rate η_g (> 0) of the momentum step
+    """
     if not 0 <= beta < 1:
         raise ValueError(f"algo.beta must be in [0, 1), got {beta}")
     if not server_lr > 0:

@@ -45,7 +45,12 @@ def mimelite(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """MimeLite with server momentum ``beta``."""
+    """MimeLite with server momentum ``beta``.
+
+    :param beta: momentum β in [0, 1) the local steps apply from the server
+    :param weighted: weigh both server means (models, gradients) by sample counts (false: the plain
+        means, as the paper)
+    """
     if not 0.0 <= beta < 1.0:
         raise ValueError(f"algo.beta must be in [0, 1), got {beta}")
     opt = opt or sgd()

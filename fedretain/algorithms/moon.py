@@ -88,7 +88,13 @@ def moon(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """MOON with contrastive weight ``mu`` (μ) and temperature ``tau`` (τ)."""
+    """MOON with contrastive weight ``mu`` (μ) and temperature ``tau`` (τ).
+
+    :param mu: weight μ (>= 0) of the model-contrastive loss
+    :param tau: temperature τ (> 0) of the contrastive loss
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     if not mu >= 0:
         raise ValueError(f"algo.mu must be >= 0, got {mu}")
     if not tau > 0:

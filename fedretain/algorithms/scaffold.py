@@ -30,7 +30,8 @@ def scaffold(
 ) -> Algorithm:
     """SCAFFOLD option II with global step size ``server_lr`` (η_g).
 
-    ``weighted`` averages ``Δy`` by sample counts instead of the paper's plain mean.
+    :param server_lr: global step size η_g of the model update (the control variate's is 1)
+    :param weighted: average ``Δy`` by sample counts instead of the paper's plain mean
     """
     opt = opt or sgd()
     if not opt.is_plain_sgd:

@@ -24,6 +24,10 @@ def sgd(
     server_opt: ServerOptimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
-    """FedAvg with a single full-batch local step per round."""
+    """FedAvg with a single full-batch local step per round.
+
+    :param weighted: average the clients' models weighted by their sample counts (false: the plain
+        mean)
+    """
     algo = fedavg(weighted=weighted, opt=opt, server_opt=server_opt, aggregator=aggregator)
     return replace(algo, name="sgd", schedule="full_batch")

@@ -72,7 +72,11 @@ def with_dgr_replay(
     z_dim: int = Z_DIM,
 ) -> Algorithm:
     """``algorithm`` (FedAvg's local step) with DGR: a private ACGAN per client replays its
-    past classes, labelled by its classifier of its last task; named ``<name>+dgr``."""
+    past classes, labelled by its classifier of its last task; named ``<name>+dgr``.
+
+    :param width: channel width of each client's private ACGAN
+    :param z_dim: length of that generator's noise input
+    """
     rule = algorithm.local_rule
     if rule is None or not algorithm.follows_local_rule():
         raise ConfigError(

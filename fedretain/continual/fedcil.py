@@ -204,7 +204,18 @@ def fedcil(
 ) -> Algorithm:
     """FedCIL on ``model`` (an :class:`~fedretain.continual.zoo.ACGAN`) in a scenario of
     ``rounds_per_task`` rounds per task (both supplied by the federation). Built without them
-    (the registry's listings), its functions refuse to run with a one-line ConfigError."""
+    (the registry's listings), its functions refuse to run with a one-line ConfigError.
+
+    :param kl_real: weight of the KL between the global generator's predictions and the real batch's
+    :param kl_generators: weight of the KL between the local and the global generators'
+        samples' predictions
+    :param ce_global: weight of the cross-entropy on the global generator's samples
+    :param consolidation_steps: server consolidation steps per round (FedCIL eq. 10)
+    :param consolidation_batch: samples each uploaded generator makes per consolidation step
+    :param consolidation_lr: learning rate of the server's consolidation
+    :param weighted: average the clients' models weighted by their sample counts (false: the
+        plain mean)
+    """
     outside = (
         "fedcil learns a sequence of tasks with an ACGAN: set scenario=class_incremental "
         "and model=acgan"

@@ -62,7 +62,15 @@ def fedlwf2t(
     opt: Optimizer | None = None,
     rounds_per_task: int = 0,
 ) -> Algorithm:
-    """FedLwF-2T over ``rounds_per_task`` rounds per task (supplied by the scenario)."""
+    """FedLwF-2T over ``rounds_per_task`` rounds per task (supplied by the scenario).
+
+    :param alpha: weight of the cross-entropy on the client's labels
+    :param beta: weight of the KL to the client's last-task model (1 - alpha - beta: to the
+        global model)
+    :param temperature: softmax temperature T of both distillation terms
+    :param weighted: average the clients' models weighted by their sample counts (false: the
+        plain mean)
+    """
     if not (alpha >= 0 and beta >= 0 and alpha + beta <= 1):
         raise ValueError(f"need alpha, beta >= 0 and alpha + beta <= 1, got {alpha}, {beta}")
     if not temperature > 0:

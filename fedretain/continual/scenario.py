@@ -95,7 +95,14 @@ def class_incremental(
 ) -> ClassIncremental:
     """FedCIL's class-incremental scenario: ``tasks`` tasks of ``classes_per_task`` classes per
     client, ``rounds_per_task`` rounds each; with ``order`` (e.g. ``[[0, 1], [2, 3]]``) every
-    client learns those tasks in that order, and ``tasks``, ``classes_per_task`` follow it."""
+    client learns those tasks in that order, and ``tasks``, ``classes_per_task`` follow it.
+
+    :param tasks: tasks in each client's sequence
+    :param classes_per_task: new classes each task brings
+    :param rounds_per_task: rounds spent on each task (rounds = tasks x rounds_per_task)
+    :param order: the tasks' classes in order for every client, e.g. [[0, 1], [2, 3]] (none:
+        each client draws its classes)
+    """
     for key, value in (
         ("tasks", tasks),
         ("classes_per_task", classes_per_task),

@@ -70,7 +70,12 @@ def acgan_model(
     width: int = 64,
     slope: float = 0.2,
 ) -> ACGAN:
-    """FedCIL's ACGAN for square images ``(C, H, H)``; ``width`` 64 is the reference's."""
+    """FedCIL's ACGAN for square images ``(C, H, H)``; ``width`` 64 is the reference's.
+
+    :param z_dim: length of the generator's noise input
+    :param width: channel width of the generator and the discriminator (64: the reference's)
+    :param slope: negative slope of the LeakyReLUs
+    """
     generator, discriminator = acgan(
         input_shape, num_classes, z_dim=z_dim, width=width, slope=slope
     )

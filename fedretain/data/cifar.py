@@ -206,7 +206,10 @@ def load_cifar10(data_dir: Path) -> Dataset:
 
 
 def load_cifar100(data_dir: Path, label_mode: str = "fine") -> Dataset:
-    """CIFAR-100: 50,000 + 10,000 RGB 32x32 images, 100 fine or 20 coarse classes."""
+    """CIFAR-100: 50,000 + 10,000 RGB 32x32 images, 100 fine or 20 coarse classes.
+
+    :param label_mode: the labels: fine (100 classes) or coarse (20 superclasses)
+    """
     if label_mode not in ("fine", "coarse"):
         raise ConfigError(unknown_choice("CIFAR-100 label_mode", label_mode, ("fine", "coarse")))
     how = CIFAR100_HOW_TO_GET

@@ -18,7 +18,10 @@ DIGITS_HOW_TO_GET = "nothing to get: it ships with scikit-learn"
 
 
 def load_digits(data_dir: Path | None = None, seed: int = 0) -> Dataset:
-    """The 8x8 digits of scikit-learn, split 80/20 stratified by class; ``data_dir`` is ignored."""
+    """The 8x8 digits of scikit-learn, split 80/20 stratified by class; ``data_dir`` is ignored.
+
+    :param seed: seed of the stratified 80/20 train/test split
+    """
     from sklearn.datasets import load_digits as sk_load_digits
     from sklearn.model_selection import train_test_split
 

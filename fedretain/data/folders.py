@@ -223,7 +223,16 @@ def load_imagefolder(
     seed: int = 0,
     groups_file: str = "",
 ) -> Dataset:
-    """Images from ``train/<class>/`` (and ``test/<class>/``) resized to ``size x size``."""
+    """Images from ``train/<class>/`` (and ``test/<class>/``) resized to ``size x size``.
+
+    :param size: side in pixels the images are resized to
+    :param grayscale: one grayscale channel (false: RGB)
+    :param test_fraction: per class, the fraction of train/ held out as test set when there is no
+        test/
+    :param seed: seed of that held-out split
+    :param groups_file: CSV path,group naming each training image's natural client group (relative
+        to data_dir or absolute; empty: none)
+    """
     if size < 1:
         raise ConfigError(f"imagefolder size must be at least 1, got {size}")
     if not 0.0 <= test_fraction < 1.0:

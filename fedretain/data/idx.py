@@ -260,6 +260,8 @@ def load_emnist(data_dir: Path, split: str = "balanced") -> Dataset:
     """EMNIST, one of its splits: digits, letters, balanced, byclass, bymerge or mnist.
 
     Images are transposed back upright; the letters split's labels 1..26 become 0..25.
+
+    :param split: the EMNIST split: digits, letters, balanced, byclass, bymerge or mnist
     """
     if split not in EMNIST_CLASSES:
         raise ConfigError(unknown_choice("EMNIST split", split, EMNIST_CLASSES))

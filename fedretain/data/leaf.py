@@ -104,7 +104,10 @@ def _to_uint8(x: np.ndarray, invert: bool) -> torch.Tensor:
 
 
 def load_femnist(data_dir: Path, invert: bool = False) -> Dataset:
-    """FEMNIST from LEAF JSON: 62 classes, 1x28x28 ``uint8`` images, one group per writer."""
+    """FEMNIST from LEAF JSON: 62 classes, 1x28x28 ``uint8`` images, one group per writer.
+
+    :param invert: white characters on black, as MNIST (false: LEAF's black on white)
+    """
     data_dir = require_dir(Path(data_dir), "FEMNIST", FEMNIST_HOW_TO_GET)
     for sub in ("train", "test"):
         if not (data_dir / sub).is_dir():

@@ -209,6 +209,12 @@ def dirichlet(
     clients in a random order, from what remains of each class; a client whose classes run out
     is completed from the classes with most samples left. ``min_samples`` then holds whenever
     ``n >= N * min_samples``.
+
+    :param alpha: concentration of the Dirichlet draw: smaller is more skewed (0.1: strongly
+        non-IID)
+    :param min_samples: fewest training samples any client gets
+    :param balance: equal client sizes, each client's class mix drawn from the Dirichlet (false:
+        each class split over the clients)
     """
     labels = _as_labels(labels)
     num_clients = _check_num_clients(num_clients)
@@ -328,6 +334,11 @@ def shards(
     their weights. Client sizes are heavy-tailed.
 
     Every sample is assigned exactly once in both cases.
+
+    :param classes_per_client: classes each client holds
+    :param sizes: client sizes: equal (McMahan et al.'s shards) or power_law (FedProx's heavy-tailed
+        sizes)
+    :param sigma: sizes=power_law: the LogNormal(0, sigma) of the clients' weights
     """
     labels = _as_labels(labels)
     num_clients = _check_num_clients(num_clients)
@@ -442,6 +453,8 @@ def fixed(labels: np.ndarray, num_clients: int, seed: int, per_client: int = 24)
     Clients are spread over the classes in proportion to class sizes (D'Hondt, random ties),
     never more than a class can fill; samples are drawn without replacement and the rest of
     the data is left out.
+
+    :param per_client: samples each client holds, all of one class
     """
     labels = _as_labels(labels)
     num_clients = _check_num_clients(num_clients)

@@ -81,7 +81,16 @@ def load_synthetic(
     iid: bool = False,
     seed: int = 0,
 ) -> Dataset:
-    """Synthetic(alpha, beta) of FedProx, or its IID variant; ``data_dir`` is ignored."""
+    """Synthetic(alpha, beta) of FedProx, or its IID variant; ``data_dir`` is ignored.
+
+    :param alpha: how much the devices' local models differ (standard deviation, >= 0)
+    :param beta: how much the devices' local inputs differ (standard deviation, >= 0)
+    :param devices: number of devices, each a natural client group
+    :param dim: input dimension
+    :param classes: number of classes
+    :param iid: one model and one input distribution for every device (alpha and beta unused)
+    :param seed: seed of the generator (the data, not the run)
+    """
     parts = generate_synthetic(alpha, beta, devices, dim, classes, iid, seed)
     xs_train, ys_train, gs_train, xs_test, ys_test, gs_test = [], [], [], [], [], []
     for k, (x, y) in enumerate(parts):

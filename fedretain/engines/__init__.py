@@ -17,6 +17,11 @@ from fedretain.registry import Registry
 
 
 def sequential(fed: Any, workers: int = 1) -> SequentialEngine:
+    """``engine=sequential``: the reference engine, one client after another.
+
+    :param workers: clients trained at a time on that many threads, one torch thread each
+        (1: one at a time; models with dropout need 1)
+    """
     return SequentialEngine(workers)
 
 

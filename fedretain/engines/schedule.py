@@ -97,12 +97,19 @@ class Participation:
 
 
 def uniform(num_clients: int, per_round: int, seed: int) -> Participation:
+    """``per_round`` of the ``num_clients`` clients drawn uniformly, without replacement, each
+    round."""
     return Participation("uniform", num_clients, per_round, seed)
 
 
 def bernoulli(
     num_clients: int, per_round: int, seed: int, p_min: float = 0.02, p_max: float = 0.2
 ) -> Participation:
+    """Client i is reachable each round with its own probability p_i ~ U[p_min, p_max].
+
+    :param p_min: lowest reachability probability of a client
+    :param p_max: highest reachability probability of a client
+    """
     return Participation("bernoulli", num_clients, per_round, seed, p_min=p_min, p_max=p_max)
 
 

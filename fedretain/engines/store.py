@@ -199,12 +199,20 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 def memory(folder: str | Path | None = None, dtype: str = "float32") -> MemoryStore:
-    """Client states in RAM (``folder`` is not used)."""
+    """Client states in RAM (``folder`` is not used).
+
+    :param dtype: dtype of the stored floating-point state: float32, float16 or bfloat16 (half the
+        bytes)
+    """
     return MemoryStore(dtype)
 
 
 def disk(folder: str | Path | None = None, dtype: str = "float32") -> DiskStore:
-    """Client states in ``folder`` (the run's ``DIR/client_state``)."""
+    """Client states in ``folder`` (the run's ``DIR/client_state``).
+
+    :param dtype: dtype of the stored floating-point state: float32, float16 or bfloat16 (half the
+        bytes)
+    """
     if folder is None:
         raise ValueError("store=disk needs a folder (the run's results folder)")
     return DiskStore(folder, dtype)

@@ -244,7 +244,12 @@ def _dense(x: Tensor) -> Tensor:
 
 def vmap_engine(fed: Any, chunk: int = 0, compile: bool = False) -> VmapEngine | SequentialEngine:
     """``engine=vmap``: the vectorised engine, or the sequential one (with a one-line notice)
-    when the algorithm or the model cannot be vectorised."""
+    when the algorithm or the model cannot be vectorised.
+
+    :param chunk: clients trained together per vectorised call (0: sized to memory)
+    :param compile: compile the vectorised step with torch.compile: seconds in the first round,
+        faster over long runs
+    """
     if chunk < 0:
         raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
     why = vectorisable(fed.algorithm, fed.task.model)

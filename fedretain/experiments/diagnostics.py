@@ -51,6 +51,12 @@ class ForgettingObserver:
     reaches the run (own client states, torch RNG restored); ``samples``: at most this many
     samples per client for the losses and F_ki (0: all); ``fisher``: also measure FedReg's
     Fisher correlation (off by default: it costs about twice FedAvg's local training).
+
+    :param rounds: rounds (1-based) with an F_ki heat map (default: the last)
+    :param reference: an algorithm also trained from each round's global model on the same
+        clients and batches, for a paired comparison (empty: none)
+    :param samples: most samples per client for the losses and F_ki (0: all)
+    :param fisher: also measure FedReg's Fisher correlation (about twice FedAvg's local training)
     """
 
     needs_local_models = True

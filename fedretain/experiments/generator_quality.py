@@ -39,7 +39,14 @@ DEFAULT_CACHE = Path.home() / ".cache" / "fedretain" / "features"
 
 
 class GeneratorQuality:
-    """The observer (see the module docstring)."""
+    """The observer (see the module docstring).
+
+    :param fid_every: rounds between Fréchet distances (and at every task's end)
+    :param fid_samples: most test images of the seen classes, compared with as many generated
+    :param per_class: samples of each seen class in the PNG grid after every task
+    :param feature_epochs: epochs of training the cached feature classifier
+    :param cache_dir: folder of the cached feature classifier (empty: the default)
+    """
 
     needs_local_models = False
 

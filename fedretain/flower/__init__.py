@@ -46,7 +46,11 @@ _EXPORTS = {
 
 
 def flower_factory(fed: Any, client_cpus: float = 1.0, reply_timeout: float = 300.0) -> Any:
-    """``engine=flower``: a FlowerEngine for the federation ``fed`` (Flower loads only now)."""
+    """``engine=flower``: a FlowerEngine for the federation ``fed`` (Flower loads only now).
+
+    :param client_cpus: CPUs Flower's simulation gives each client
+    :param reply_timeout: seconds a round waits for the clients' replies
+    """
     from fedretain.flower.engine import flower
 
     return flower(fed, client_cpus=client_cpus, reply_timeout=reply_timeout)

@@ -11,6 +11,8 @@ def ce(logits: Tensor, y: Tensor, label_mask: Tensor | None = None) -> Tensor:
 
     ``y`` holds class indices, or, when it is floating point with the shape of ``logits``,
     probabilities (soft labels, as FedReg's pseudo data uses).
+
+    :param label_mask: ignored: the full softmax always (a per-batch argument, not a config key)
     """
     if y.dtype.is_floating_point:
         return -(y * F.log_softmax(logits, dim=-1)).sum(dim=-1)

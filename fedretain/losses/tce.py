@@ -30,6 +30,9 @@ def tce(logits: Tensor, y: Tensor, label_mask: Tensor | None = None) -> Tensor:
     present, so a label outside the mask gives the loss of the mask plus that class rather than
     ``inf``. Soft labels (``y`` floating point with the shape of ``logits``, as FedReg's pseudo
     data) keep every class they put mass on, and absent classes contribute nothing.
+
+    :param label_mask: classes the softmax runs over, supplied per batch (not a config key); None:
+        all
     """
     if label_mask is None:
         return ce(logits, y)

@@ -168,6 +168,10 @@ def resnet9(
     ``blocks`` = [prep, layer1, layer2, layer3]. 6,568,673 parameters on 3x32x32 with 10
     classes (Fixup). The global max pool replaces FedReg's MaxPool2d(4) (identical on 32x32),
     so inputs from 8x8 up work.
+
+    :param norm: none (FedReg's Fixup ResNet-9), group (GroupNorm) or batch (BatchNorm) after every
+        conv
+    :param groups: groups of each GroupNorm (norm=group)
     """
     shape = check_input_shape("resnet9", input_shape, image=True)
     num_classes = check_num_classes("resnet9", num_classes)

@@ -20,7 +20,11 @@ from fedretain.registry import Registry
 
 # every model also takes projection=P (> 0): MOON's projection head of this output size
 # between features and head (None: none), handled by build_model rather than the builders
-MODELS = Registry("model", common={"projection": None})
+MODELS = Registry(
+    "model",
+    common={"projection": None},
+    common_help={"projection": "output size P of MOON's projection head (none: no projection)"},
+)
 MODELS.add("mlp", mlp, "multi-layer perceptron on flattened inputs (hidden sizes configurable)")
 MODELS.add("cnn", cnn, "FedReg's MNIST CNN: 3 conv (5x5) + 2 fc, 228k params on 1x28x28")
 MODELS.add("cnn2", cnn2, "PyTorch MNIST example CNN with dropout (FedCurv), 1.2M params on 1x28x28")

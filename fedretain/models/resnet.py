@@ -133,6 +133,9 @@ def resnet18(
     for Image Recognition*, CVPR 2016; CIFAR variant as in github.com/kuangliu/pytorch-cifar;
     Kim et al., *Multi-Level Branched Regularization for Federated Learning* (FedMLB), ICML
     2022; Lee et al., TCE.
+
+    :param norm: normalisation after each convolution: group (GroupNorm), batch (BatchNorm) or none
+    :param groups: groups of each GroupNorm (norm=group)
     """
     shape = check_input_shape("resnet18", input_shape, image=True)
     num_classes = check_num_classes("resnet18", num_classes)
@@ -165,6 +168,11 @@ def resnet20(
     (shortcut a, group or batch norm). Works at any input size (global pooling), e.g. 64x64
     Tiny-ImageNet as in GradMA (Luo et al., CVPR 2023). Source: He et al., *Deep Residual
     Learning for Image Recognition*, CVPR 2016.
+
+    :param norm: normalisation after each convolution: group (GroupNorm), batch (BatchNorm) or none
+    :param groups: groups of each GroupNorm (norm=group)
+    :param shortcut: a: parameter-free identity shortcuts, zero-padded (the paper's); b: 1x1 conv
+        projections
     """
     shape = check_input_shape("resnet20", input_shape, image=True)
     num_classes = check_num_classes("resnet20", num_classes)

@@ -57,6 +57,8 @@ def mlp(
     Learning of Deep Networks from Decentralized Data*, AISTATS 2017 (199,210 parameters);
     the default three hidden layers of 200 have 239,410. ``hidden=()`` is multinomial logistic
     regression. Works on any input shape (it flattens).
+
+    :param hidden: sizes of the hidden layers, e.g. [200, 200] ([]: logistic regression)
     """
     shape = check_input_shape("mlp", input_shape, image=False)
     num_classes = check_num_classes("mlp", num_classes)

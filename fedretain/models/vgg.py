@@ -45,6 +45,9 @@ def vgg11(
     3x32x32 with 10 classes and group or batch norm. Sources: Simonyan & Zisserman, *Very Deep
     Convolutional Networks for Large-Scale Image Recognition*, ICLR 2015; the CIFAR variant as
     in github.com/kuangliu/pytorch-cifar ``models/vgg.py``.
+
+    :param norm: normalisation after each convolution: group (GroupNorm), batch (BatchNorm) or none
+    :param groups: groups of each GroupNorm (norm=group)
     """
     shape = check_input_shape("vgg11", input_shape, image=True)
     num_classes = check_num_classes("vgg11", num_classes)

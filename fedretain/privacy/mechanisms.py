@@ -148,7 +148,13 @@ def dpsgd(
     *,
     batch_size: int,
 ) -> SampleLevel:
-    """Sample-level DP-SGD; the expected batch is the config's ``batch_size``."""
+    """Sample-level DP-SGD; the expected batch is the config's ``batch_size``.
+
+    :param noise_multiplier: σ, the noise's standard deviation relative to max_grad_norm
+    :param max_grad_norm: C, each example's gradient is clipped to this L2 norm
+    :param delta: δ of the reported (ε, δ)
+    :param per_sample: how per-example gradients are computed: opacus or functorch
+    """
     dp = DPSGD(noise_multiplier, max_grad_norm, batch_size, per_sample)
     return SampleLevel(dp, _delta(delta))
 
@@ -156,7 +162,12 @@ def dpsgd(
 def client_fixed(
     noise_multiplier: float = 1.0, clipping_norm: float = 1.0, delta: float = 1e-5
 ) -> ClientLevel:
-    """Client-level DP with a fixed clipping norm (server side)."""
+    """Client-level DP with a fixed clipping norm (server side).
+
+    :param noise_multiplier: σ, the noise's standard deviation relative to clipping_norm
+    :param clipping_norm: each client's update is clipped to this L2 norm
+    :param delta: δ of the reported (ε, δ)
+    """
     return ClientLevel(ClientDP(noise_multiplier, clipping_norm), _delta(delta))
 
 
@@ -169,7 +180,16 @@ def client_adaptive(
     delta: float = 1e-5,
 ) -> ClientLevel:
     """Client-level DP with the clipping norm adapted towards a quantile of the update norms
-    (``clipped_count_stddev`` < 0: Flower's default, clients per round / 20)."""
+    (``clipped_count_stddev`` < 0: Flower's default, clients per round / 20).
+
+    :param noise_multiplier: σ, relative to the current clipping norm
+    :param clipping_norm: the initial clipping norm
+    :param target_quantile: quantile of the update norms the clipping norm moves towards
+    :param clip_lr: learning rate of the clipping norm's geometric update
+    :param clipped_count_stddev: noise on the count of clipped updates (< 0: clients per
+        round / 20, Flower's default)
+    :param delta: δ of the reported (ε, δ)
+    """
     stddev = None if clipped_count_stddev < 0 else clipped_count_stddev
     dp = ClientDP(
         noise_multiplier,

@@ -17,7 +17,7 @@ Adam, L2, lr 1, TV 1e-8). The paper runs 32,000 attack iterations; the defaults 
 sized for a CPU (``--iterations``, ``--restarts``).
 
 Models: any zoo model (``--model cnn``, the default; ``mlp`` with ``--hidden``), or
-``dlg-lenet``, the LeNet of DLG's code (Zhu et al., 2019: three 5x5 convolutions of 12
+``lenet-dlg``, the LeNet of DLG's code (Zhu et al., 2019: three 5x5 convolutions of 12
 channels with sigmoids, weights uniform in [-0.5, 0.5]); ``--activation`` replaces the ReLUs
 of a zoo model (sigmoid, softplus, tanh), or DLG's LeNet's sigmoids (relu, ...), to measure
 what a twice-differentiable activation changes (``--avg-pool``: average pooling for max
@@ -26,7 +26,7 @@ ones.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py --targets 2 --iterations 50
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py --model dlg-lenet \
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/privacy_attack.py --model lenet-dlg \
         --methods idlg --algorithms fedavg --images 0,1
 """
 
@@ -47,7 +47,6 @@ from fedretain.data.base import as_float
 from fedretain.data.datasets import load_dataset
 from fedretain.losses.ce import ce
 from fedretain.models import build_model
-from fedretain.models.simple import SequentialModel
 from fedretain.privacy.attacks import AttackSettings, attack_targets, mean_std
 from fedretain.privacy.quality import mean_image, mean_image_psnr, random_image_psnr, save_grid
 
@@ -55,32 +54,13 @@ LR = 0.1
 ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "softplus": nn.Softplus, "tanh": nn.Tanh}
 
 
-def dlg_lenet(
-    input_shape: tuple[int, ...], num_classes: int, activation: type[nn.Module] = nn.Sigmoid
-) -> SequentialModel:
-    """DLG's LeNet: conv(C→12, 5, stride 2) sigmoid, conv(12→12, 5, stride 2) sigmoid,
-    conv(12→12, 5) sigmoid (padding 2), a linear head; every weight uniform in [-0.5, 0.5]."""
-    body = nn.Sequential(
-        nn.Conv2d(input_shape[0], 12, 5, padding=2, stride=2),
-        activation(),
-        nn.Conv2d(12, 12, 5, padding=2, stride=2),
-        activation(),
-        nn.Conv2d(12, 12, 5, padding=2, stride=1),
-        activation(),
-        nn.Flatten(),
-    )
-    width = body(torch.zeros(1, *input_shape)).shape[1]
-    model = SequentialModel(body, nn.Linear(width, num_classes))
-    for p in model.parameters():
-        nn.init.uniform_(p, -0.5, 0.5)
-    return model
-
-
 def make_model(
     args: argparse.Namespace, input_shape: tuple[int, ...], num_classes: int
 ) -> nn.Module:
-    if args.model == "dlg-lenet":
-        return dlg_lenet(input_shape, num_classes, ACTIVATIONS[args.activation or "sigmoid"])
+    if args.model == "lenet-dlg":
+        return build_model(
+            "lenet-dlg", input_shape, num_classes, activation=args.activation or "sigmoid"
+        )
     params = {"hidden": [int(h) for h in args.hidden.split(",")]} if args.model == "mlp" else {}
     model = build_model(args.model, input_shape, num_classes, **params)
     for parent in model.modules():
@@ -123,7 +103,7 @@ def pretrain(task: Task, state: dict, dataset, steps: int, seed: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--dataset", default="fashion-mnist")
-    ap.add_argument("--model", default="cnn", help="a zoo model, or dlg-lenet")
+    ap.add_argument("--model", default="cnn", help="a zoo model, or lenet-dlg")
     ap.add_argument("--hidden", default="200,200", help="the mlp's hidden sizes")
     ap.add_argument("--activation", default="", choices=["", *ACTIVATIONS], help="see above")
     ap.add_argument("--avg-pool", action="store_true", help="average pooling for max pooling")
@@ -162,7 +142,7 @@ def main() -> None:
         state = pretrain(task, state, dataset, args.pretrain, args.seed)
     acc, _ = task.evaluate(state["x"], state["buffers"], dataset.x_test, dataset.y_test)
 
-    activation = args.activation or ("sigmoid" if args.model == "dlg-lenet" else "relu")
+    activation = args.activation or ("sigmoid" if args.model == "lenet-dlg" else "relu")
     activation += ", average pooling" if args.avg_pool else ""
     print(
         f"machine: {platform.processor() or platform.machine()}, torch {torch.__version__}, "

@@ -14,7 +14,7 @@ from fedretain.errors import ConfigError, unknown_choice
 from fedretain.models._common import ProjectedModel, check_int, check_num_classes
 from fedretain.models.fixup import resnet9
 from fedretain.models.resnet import resnet18, resnet20
-from fedretain.models.simple import cnn, cnn2, cnn_fedavg, lenet5, mlp
+from fedretain.models.simple import cnn, cnn2, cnn_fedavg, lenet5, lenet_dlg, mlp
 from fedretain.models.vgg import vgg11
 from fedretain.registry import Registry
 
@@ -30,6 +30,9 @@ MODELS.add("cnn", cnn, "FedReg's MNIST CNN: 3 conv (5x5) + 2 fc, 228k params on 
 MODELS.add("cnn2", cnn2, "PyTorch MNIST example CNN with dropout (FedCurv), 1.2M params on 1x28x28")
 MODELS.add("cnn-fedavg", cnn_fedavg, "McMahan et al. 2017 FedAvg CNN, 582,026 params on 1x28x28")
 MODELS.add("lenet5", lenet5, "LeNet-5 for CIFAR-10 (GradMA / FedLab), 62k params on 3x32x32")
+MODELS.add(
+    "lenet-dlg", lenet_dlg, "DLG's sigmoid LeNet (Zhu et al. 2019), the gradient-inversion test bed"
+)
 MODELS.add("vgg11", vgg11, "VGG-11, CIFAR variant, group/batch/no norm, 9.2M params on 3x32x32")
 MODELS.add(
     "resnet9", resnet9, "FedReg's ResNet-9 with Fixup init (no norm by default), 6.6M params"

@@ -203,3 +203,43 @@ def lenet5(input_shape: tuple[int, ...], num_classes: int) -> SequentialModel:
         nn.ReLU(),
     )
     return SequentialModel(body, nn.Linear(84, num_classes))
+
+
+# --------------------------------------------------------------------------- DLG's LeNet
+
+ACTIVATIONS = {"sigmoid": nn.Sigmoid, "relu": nn.ReLU, "softplus": nn.Softplus, "tanh": nn.Tanh}
+
+
+def lenet_dlg(
+    input_shape: tuple[int, ...], num_classes: int, activation: str = "sigmoid"
+) -> SequentialModel:
+    """The LeNet of DLG's code (Zhu et al., *Deep Leakage from Gradients*, NeurIPS 2019), on
+    which DLG and iDLG report pixel-exact reconstructions: conv(C→12, 5, stride 2), conv(12→12,
+    5, stride 2), conv(12→12, 5) (padding 2), each followed by a sigmoid, and a linear head;
+    every weight and bias uniform in [-0.5, 0.5], as that code initialises them. 6,738
+    parameters + the head on 1x28x28.
+
+    :param activation: after each convolution: sigmoid (DLG's), relu, softplus or tanh
+    """
+    shape = check_input_shape("lenet-dlg", input_shape, image=True)
+    num_classes = check_num_classes("lenet-dlg", num_classes)
+    if activation not in ACTIVATIONS:
+        raise ConfigError(
+            f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
+        )
+    act = ACTIVATIONS[activation]
+    side = chain(*(partial(conv_out, kernel=5, stride=s, padding=2) for s in (2, 2, 1)))
+    h, w = spatial_out("lenet-dlg", shape, side)
+    body = nn.Sequential(
+        nn.Conv2d(shape[0], 12, 5, padding=2, stride=2),
+        act(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=2),
+        act(),
+        nn.Conv2d(12, 12, 5, padding=2, stride=1),
+        act(),
+        nn.Flatten(),
+    )
+    model = SequentialModel(body, nn.Linear(12 * h * w, num_classes))
+    for p in model.parameters():
+        nn.init.uniform_(p, -0.5, 0.5)
+    return model

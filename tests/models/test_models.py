@@ -28,6 +28,7 @@ CASES = [
     ("cnn2", MNIST, {}),
     ("cnn-fedavg", MNIST, {}),
     ("lenet5", CIFAR, {}),
+    ("lenet-dlg", MNIST, {}),
     ("vgg11", CIFAR, {"norm": "group"}),
     ("vgg11", CIFAR, {"norm": "none"}),
     ("resnet9", CIFAR, {"norm": "group"}),
@@ -88,8 +89,8 @@ def test_registry_names_and_infos():
 
     # kind() loads every provider: the zoo's models and FedCIL's ACGAN (fedretain.continual.zoo)
     assert set(kind("model")) == {
-        "mlp", "cnn", "cnn2", "cnn-fedavg", "lenet5", "vgg11", "resnet9", "resnet18", "resnet20",
-        "acgan",
+        "mlp", "cnn", "cnn2", "cnn-fedavg", "lenet5", "lenet-dlg", "vgg11", "resnet9", "resnet18",
+        "resnet20", "acgan",
     }  # fmt: skip
     for name, info in MODELS.items():
         assert isinstance(info, Entry)
@@ -103,6 +104,7 @@ def test_model_params():
     assert model_params("mlp") == {"hidden": (200, 200, 200), **common}
     for name in ("cnn", "cnn2", "cnn-fedavg", "lenet5"):
         assert model_params(name) == common
+    assert model_params("lenet-dlg") == {"activation": "sigmoid", **common}
     for name in ("vgg11", "resnet18"):
         assert model_params(name) == {"norm": "group", "groups": 2, **common}
     assert model_params("resnet9") == {"norm": "none", "groups": 2, **common}
@@ -371,7 +373,7 @@ def test_resnet9_fixup_init_and_training():
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_init_is_deterministic_under_seed(name):
-    shape = MNIST if name in ("mlp", "cnn", "cnn2", "cnn-fedavg") else CIFAR
+    shape = MNIST if name in ("mlp", "cnn", "cnn2", "cnn-fedavg", "lenet-dlg") else CIFAR
     a = _build(name, shape, {}, seed=5).state_dict()
     b = _build(name, shape, {}, seed=5).state_dict()
     c = _build(name, shape, {}, seed=6).state_dict()

@@ -20,7 +20,6 @@ from fedretain.data.base import Dataset
 from fedretain.errors import ConfigError
 from fedretain.losses.ce import ce
 from fedretain.models import build_model
-from fedretain.models.simple import SequentialModel
 from fedretain.privacy.attacks import (
     AttackSettings,
     attack_targets,
@@ -173,25 +172,10 @@ def test_attack_reconstructs_a_one_step_fedavg_image_and_not_from_another_update
     assert psnr(wrong.x, other).item() > misled + 10  # it recovered the image it was given
 
 
-def dlg_lenet(side: int, seed: int, activation: type[nn.Module] = nn.Sigmoid) -> Task:
-    """The LeNet of DLG's code (Zhu et al., 2019) for one-channel ``side``² images: three 5x5
-    convolutions of 12 channels (strides 2, 2, 1; padding 2), each followed by a sigmoid, and
-    a linear head; every weight uniform in [-0.5, 0.5], as that code initialises it."""
+def dlg_lenet(side: int, seed: int) -> Task:
+    """DLG's sigmoid LeNet (the zoo's ``lenet-dlg``) on one-channel ``side``² images."""
     torch.manual_seed(seed)
-    body = nn.Sequential(
-        nn.Conv2d(1, 12, 5, padding=2, stride=2),
-        activation(),
-        nn.Conv2d(12, 12, 5, padding=2, stride=2),
-        activation(),
-        nn.Conv2d(12, 12, 5, padding=2, stride=1),
-        activation(),
-        nn.Flatten(),
-    )
-    width = body(torch.zeros(1, 1, side, side)).shape[1]
-    model = SequentialModel(body, nn.Linear(width, 10))
-    for p in model.parameters():
-        nn.init.uniform_(p, -0.5, 0.5)
-    return Task(model, ce, 10)
+    return Task(build_model("lenet-dlg", (1, side, side), 10), ce, 10)
 
 
 def smooth_image(side: int, seed: int) -> torch.Tensor:

@@ -16,22 +16,63 @@ from fedretain.files import save_figure
 
 Run = tuple[str, Sequence[dict[str, Any]]]  # (label, metrics records)
 
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">")
+MARKS = 8  # markers along a line: enough to tell lines apart, few enough to read them
 
-def plot_curves(runs: Sequence[Run], path: str | Path, x: str = "round", title: str = "") -> None:
-    """Test accuracy of each run against ``round`` or cumulative communication bytes."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for label, records in runs:
+
+def style(i: int, points: int = 0) -> dict[str, Any]:
+    """The ``i``-th line's colour, marker and line style (cycles of 10, 10 and 4): any two of
+    the first ten lines differ in marker as well as colour; each line is a little thinner,
+    with smaller markers, than the one before, so a line drawn over an earlier one leaves its
+    edges in sight; with ``points``, markers on about ``MARKS`` of them, staggered from line
+    to line so that they do not hide each other."""
+    k = i % 10
+    out: dict[str, Any] = {
+        "color": f"C{k}",
+        "linestyle": LINESTYLES[i % len(LINESTYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+        "linewidth": 2.8 - 0.18 * k,
+        "markersize": 10.0 - 0.6 * k,
+    }
+    if points > MARKS:
+        step = max(points // MARKS, 1)
+        out["markevery"] = (i % step, step)
+    return out
+
+
+def plot_curves(
+    runs: Sequence[Run],
+    path: str | Path,
+    x: str = "round",
+    title: str = "",
+    stopped: Sequence[Run] = (),
+) -> None:
+    """Test accuracy of each run against ``round`` or cumulative communication bytes, every
+    run in its own colour, line style and marker; ``stopped``: runs that ended early (a
+    diverged seed), each drawn thin to its last record, which a large cross marks."""
+
+    def xs_of(records: Sequence[dict[str, Any]]) -> list[float]:
         if x == "bytes":
-            xs = [(r["bytes_up"] + r["bytes_down"]) / 1e6 for r in records]
-        else:
-            xs = [r["round"] for r in records]
-        ax.plot(xs, [r["test_accuracy"] for r in records], label=label, linewidth=1.6)
+            return [(r["bytes_up"] + r["bytes_down"]) / 1e6 for r in records]
+        return [r["round"] for r in records]
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (label, records) in enumerate(runs):
+        ys = [r["test_accuracy"] for r in records]
+        ax.plot(xs_of(records), ys, label=label, **style(i, len(ys)))
+    for i, (label, records) in enumerate(stopped, len(runs)):
+        xs, ys = xs_of(records), [r["test_accuracy"] for r in records]
+        line = {**style(i, len(ys)), "linewidth": 1.0}
+        ax.plot(xs, ys, label=label, alpha=0.8, **line)
+        if xs:
+            ax.plot(xs[-1:], ys[-1:], "X", color=line["color"], markersize=11, mec="black")
     ax.set_xlabel("communication (MB, up + down)" if x == "bytes" else "round")
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title)
-    if len(runs) > 1 or (runs and runs[0][0]):
+    if len(runs) + len(stopped) > 1 or (runs and runs[0][0]):
         ax.legend(fontsize=8)
     save_figure(fig, path)
     plt.close(fig)
@@ -57,16 +98,12 @@ def plot_loss_increase(
     reference algorithm, also its ``loss(t)`` from the same global models."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rounds = [r["round"] for r in rows]
-    ax.plot(rounds, [r["loss_prev_mean"] for r in rows], label="loss(t-1)", linewidth=1.6)
-    ax.plot(rounds, [r["loss_now_mean"] for r in rows], label="loss(t)", linewidth=1.6)
+    lines = [("loss(t-1)", "loss_prev_mean"), ("loss(t)", "loss_now_mean")]
     if reference and all("loss_now_ref_mean" in r for r in rows):
-        ax.plot(
-            rounds,
-            [r["loss_now_ref_mean"] for r in rows],
-            label=f"loss(t), {reference} from the same models",
-            linewidth=1.6,
-            linestyle="--",
-        )
+        lines.append((f"loss(t), {reference} from the same models", "loss_now_ref_mean"))
+    for i, (label, key) in enumerate(lines):
+        ys = [r[key] for r in rows]
+        ax.plot(rounds, ys, label=label, **style(i, len(ys)))
     ax.set_xlabel("round t")
     ax.set_ylabel("loss on the clients of round t-1")
     ax.grid(alpha=0.3)

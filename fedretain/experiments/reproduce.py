@@ -8,33 +8,53 @@ the paper's claims; this module runs them and writes ``DIR/report.md``:
   skipped, one with a checkpoint continued, so an interrupted ``reproduce`` picks up where it
   stopped; ``jobs`` runs at a time, each in its own process with one torch thread; a run that
   fails is reported and the others go on;
+- what became of each run is kept with it: ``status.json`` (``state``: finished, diverged or
+  failed; the error; the CPU it ran on), and a diverged run's ``summary.json`` has
+  ``stopped``. A diverged run (NaN/Inf stopped it) is finished for good and never rerun; a
+  failed one is tried again by the next invocation. Neither is a result: the report lists
+  them, and leaves them out of every mean, ranking and verdict;
 - the report: per setting the paper's numbers beside ours (mean ± std over the seeds and each
-  seed's value), accuracy-over-round plots, each claim with its verdict (over the seeds, and
-  per seed) and, where it did not hold, the most likely reason; and the command line that
-  reproduces it. Several presets at once go to ``DIR/<preset>/`` with one ``DIR/report.md``.
+  seed's value), accuracy-over-round plots, each claim with its verdict (on the means, its
+  per-seed count, and whether its gaps exceed the seeds' spread by
+  :func:`fedretain.metrics.spread.separated`) and, where it did not hold, the most likely
+  reason; the CPU the runs ran on; and the command line that reproduces it. Several presets
+  at once go to ``DIR/<preset>/`` with one ``DIR/report.md``.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import platform
 import shlex
 import statistics
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import redirect_stderr, redirect_stdout, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from fedretain.engines.round import DivergenceError
 from fedretain.errors import ConfigError, DataError, FedRetainError
-from fedretain.experiments.presets import INF, PRESETS, SCALES, Data, Plan, RunSpec, slug
+from fedretain.experiments.presets import (
+    INF,
+    PRESETS,
+    SCALES,
+    Claim,
+    Data,
+    Plan,
+    RunSpec,
+    comparisons,
+    slug,
+)
 from fedretain.experiments.privacy import PrivacyStudy, Study, study_args, table_rows
 from fedretain.experiments.report import RunResult, load_run
-from fedretain.files import atomic_write_text, read_jsonl, save_figure
+from fedretain.files import atomic_write_text, read_json, read_jsonl, save_figure, write_json
 from fedretain.metrics.accuracy import r_a, rounds_to
+from fedretain.metrics.spread import separated
 from fedretain.recipe.config import Config, load_config, parse_value, toml_text
 
 THREADS = 1  # torch threads of every run: runs go in parallel instead (--jobs)
@@ -109,8 +129,9 @@ def resolve_data(paper: str, standin: str | None, data_dirs: list[str]) -> Data:
 
 
 def job_state(folder: Path, cfg: Config) -> str:
-    """``done`` (summary.json of at least the planned rounds), ``resume`` (a checkpoint to
-    continue or extend) or ``fresh``; a ConfigError when the folder holds other settings."""
+    """``done`` (summary.json of at least the planned rounds, or of a run that diverged),
+    ``resume`` (a checkpoint to continue or extend) or ``fresh`` (a run that failed is tried
+    again); a ConfigError when the folder holds other settings."""
     if (folder / "config.toml").is_file():
         differ = changed_keys(folder, cfg)
         if differ:
@@ -119,8 +140,10 @@ def job_state(folder: Path, cfg: Config) -> str:
                 "or choose another --out"
             )
     checkpoint = (folder / "checkpoint" / "meta.json").is_file()
+    if read_status(folder).get("state") == "failed":
+        return "resume" if checkpoint else "fresh"  # tried again
     if (folder / "summary.json").is_file():
-        summary = json.loads((folder / "summary.json").read_text())
+        summary = read_json(folder / "summary.json")
         short = summary.get("rounds", 0) < cfg.rounds and "stopped" not in summary
         return "resume" if short and checkpoint else "done"
     return "resume" if checkpoint else "fresh"
@@ -221,7 +244,7 @@ def run_one(
                     f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items()
                 )
                 return {"line": f"σ* {result['sigma_matched']:g}; final {accs}"}
-            summary = run_experiment(cfg, out, progress=False, resume=resume)
+            summary = run_experiment(cfg, out, progress=None, resume=resume)
         except Exception:
             traceback.print_exc(file=log)
             raise
@@ -233,23 +256,33 @@ def one_line(e: BaseException) -> str:
     return text if isinstance(e, FedRetainError) else f"{type(e).__name__}: {text}"
 
 
+STATUS = "status.json"  # in each run's folder: what became of it (state, error, CPU)
+
+
 def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dict[Path, str]:
     """Run the jobs not done yet, ``parallel`` at a time; returns folder -> error of the runs
-    that failed (the others go on)."""
+    that failed or diverged (the others go on). Each run's ``status.json`` records what
+    became of it."""
     todo = [j for j in jobs if j.state in ("fresh", "resume")]
     skipped = sum(j.state == "done" for j in jobs)
     if skipped:
         echo(f"{skipped} run(s) already finished: skipped")
     errors: dict[Path, str] = {}
+    cpu = machine()
+    for job in todo:  # a status left by an earlier try no longer holds
+        (job.folder / STATUS).unlink(missing_ok=True)
 
-    def done(i: int, job: Job, result: dict[str, Any] | None, error: str) -> None:
+    def done(i: int, job: Job, result: dict[str, Any] | None, error: Exception | None) -> None:
         what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
         what += f"seed {job.spec.seed}"
-        if error:
-            errors[job.folder] = error
-            echo(f"{what}: failed: {error} (log: {job.folder / 'run.log'})")
+        if error is not None:
+            state = "diverged" if isinstance(error, DivergenceError) else "failed"
+            errors[job.folder] = one_line(error)
+            write_json(job.folder / STATUS, {"state": state, "error": errors[job.folder], **cpu})
+            echo(f"{what}: {state}: {errors[job.folder]} (log: {job.folder / 'run.log'})")
         else:
             assert result is not None
+            write_json(job.folder / STATUS, {"state": "finished", **cpu})
             verb = "continued" if job.state == "resume" else "done" if job.spec.study else "final"
             echo(f"{what}: {verb} {result['line']}")
 
@@ -257,9 +290,9 @@ def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dic
         for i, job in enumerate(todo, 1):
             try:
                 result = run_one(job.args, str(job.folder), job.state == "resume", job.spec.study)
-                done(i, job, result, "")
+                done(i, job, result, None)
             except Exception as e:
-                done(i, job, None, one_line(e))
+                done(i, job, None, e)
         return errors
     todo.sort(key=lambda j: -SLOW.get(algorithm_of(j), 1.0))
     with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
@@ -270,10 +303,44 @@ def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dic
         for i, future in enumerate(as_completed(futures), 1):
             job = futures[future]
             try:
-                done(i, job, future.result(), "")
+                done(i, job, future.result(), None)
             except Exception as e:
-                done(i, job, None, one_line(e))
+                done(i, job, None, e)
     return errors
+
+
+def read_status(folder: Path) -> dict[str, Any]:
+    """``folder``'s ``status.json`` ({} when absent or unreadable)."""
+    with suppress(OSError, ValueError):
+        status = read_json(folder / STATUS)
+        return status if isinstance(status, dict) else {}
+    return {}
+
+
+def machine() -> dict[str, Any]:
+    """This machine's CPU: ``cpu`` (its model name), ``avx512`` (True, False, or None where
+    unknown) and ``torch_cpu`` (the instruction set torch's kernels use: its float32 sums,
+    and so the numbers of a run, depend on it)."""
+    import torch
+
+    model, flags = "", None
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and flags is None:
+                flags = value.split()
+    return {
+        "cpu": model or platform.processor() or platform.machine() or "unknown CPU",
+        "avx512": None if flags is None else "avx512f" in flags,
+        "torch_cpu": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def cpu_text(info: dict[str, Any]) -> str:
+    avx = {True: "AVX-512", False: "no AVX-512", None: "AVX-512 unknown"}[info.get("avx512")]
+    return f"{info.get('cpu', 'unknown CPU')} ({avx}; torch's kernels: {info.get('torch_cpu')})"
 
 
 def algorithm_of(job: Job) -> str:
@@ -302,9 +369,10 @@ def reproduce(
     data_dirs: list[str] | None = None,
     extra: list[str] | None = None,
     echo: Callable[[str], None] = print,
-) -> Path:
+) -> Reproduced:
     """Run the presets ``names`` (``all``: every preset) at ``scale`` into ``out`` and write
-    ``out/report.md``; returns its path. ``extra``: KEY=VALUE settings for every run."""
+    ``out/report.md``; returns its path and how many runs (of this invocation or an earlier
+    one) diverged and failed. ``extra``: KEY=VALUE settings for every run."""
     if scale not in SCALES:
         raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
     if seeds is not None and seeds < 1:
@@ -325,19 +393,37 @@ def reproduce(
             echo(f"{name}: not run: {section.data.missing}")
         sections.append(section)
     errors = run_jobs([j for s in sections for j in s.jobs], jobs, echo)
-    texts = []
+    texts, diverged, failed = [], 0, 0
     for section in sections:
-        text = write_report(section, errors)
+        text, counts = write_report(section, errors)
         texts.append(text if not several else relink(text, section.name))
+        diverged, failed = diverged + counts["diverged"], failed + counts["failed"]
     report = out / "report.md"
     if several:
         index = ["# fedretain reproduce", ""]
         index += [f"- [{s.plan.title}]({s.name}/report.md)" for s in sections]
         atomic_write_text(report, "\n".join([*index, "", *texts]))
-    if errors:
-        echo(f"{len(errors)} run(s) failed; the report lists them")
     echo(f"report written to {report}")
-    return report
+    done = Reproduced(report, diverged, failed)
+    if diverged or failed:
+        echo(done.problem())
+    return done
+
+
+@dataclass
+class Reproduced:
+    """What :func:`reproduce` wrote, and how many runs have no result because they diverged
+    or failed (the CLI then exits with status 1)."""
+
+    report: Path
+    diverged: int
+    failed: int
+
+    def problem(self) -> str:
+        return (
+            f"{self.failed} run(s) failed and {self.diverged} diverged: no result from them; "
+            f"the report lists them under 'Runs that failed or diverged' ({self.report})"
+        )
 
 
 def relink(text: str, prefix: str) -> str:
@@ -357,11 +443,13 @@ def relink(text: str, prefix: str) -> str:
 
 
 class Results:
-    """The finished runs of a plan and the metrics computed from them."""
+    """What became of each run of a plan (``outcomes``), its finished runs (``runs``: the
+    only results; a diverged or failed run is none) and the metrics computed from them."""
 
-    def __init__(self, plan: Plan, runs: dict[tuple[str, str, int], RunResult]) -> None:
+    def __init__(self, plan: Plan, outcomes: dict[tuple[str, str, int], Outcome]) -> None:
         self.plan = plan
-        self.runs = runs
+        self.outcomes = outcomes
+        self.runs = {k: o.run for k, o in outcomes.items() if o.state == "finished" and o.run}
         # a study's rows stand for runs of their own
         specs = [replace(s, method=m) for s in plan.runs for m in (s.rows or (s.method,))]
         self.by_key = {(s.setting, s.method, s.seed): s for s in specs}
@@ -409,19 +497,53 @@ class Results:
         specs = [self.by_key.get((setting, method, seed)) for seed in self.seeds]
         return [self.value(s, metric) for s in specs if s is not None]
 
+    def notes(self, setting: str, method: str) -> list[str]:
+        """Per seed (as :meth:`per_seed`), why it has no result ("" where it has one)."""
+        keys = [(setting, method, seed) for seed in self.seeds]
+        found = [self.outcomes.get(k) for k in keys if k in self.by_key]
+        return ["" if o is None or o.state == "finished" else o.short() for o in found]
+
+    def counts(self) -> dict[str, int]:
+        """Planned runs (a study counts once) by state: finished, diverged, failed, not run."""
+        out = dict.fromkeys(("finished", "diverged", "failed", "not run"), 0)
+        for spec in self.plan.runs:
+            rows = spec.rows or (spec.method,)
+            found = (self.outcomes.get((spec.setting, m, spec.seed)) for m in rows)
+            states = [o.state for o in found if o is not None]
+            out["finished" if "finished" in states else (states or ["not run"])[0]] += 1
+        return out
+
+    def stopped(self, setting: str, method: str) -> list[tuple[str, list[dict[str, Any]]]]:
+        """The records of ``method``'s diverged seeds, each labelled with where it stopped."""
+        out = []
+        for seed in self.seeds:
+            o = self.outcomes.get((setting, method, seed))
+            if o is not None and o.state == "diverged" and o.run is not None:
+                out.append((f"{method} seed {seed}: {o.short()}", o.run.records))
+        return out
+
     def view(self, seed: int | None) -> View:
         return View(self, seed)
 
 
 class View:
     """One seed's values (``seed``), or the means over the seeds (``None``): what a claim
-    checks. A mean is None when a seed's run is missing."""
+    checks. A mean is None when a seed has no result (not run, failed or diverged).
+    ``read``: the (setting, method) pairs asked for so far."""
 
     def __init__(self, results: Results, seed: int | None) -> None:
         self.results = results
         self.seed = seed
+        self.read: dict[tuple[str, str], None] = {}
+
+    def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
+        """The values the mean is taken over, aligned by seed (one value for one seed)."""
+        if self.seed is not None:
+            return [self.get(setting, method, metric)]
+        return self.results.per_seed(setting, method, metric)
 
     def get(self, setting: str, method: str, metric: str) -> float | None:
+        self.read[setting, method] = None
         if self.seed is not None:
             spec = self.results.by_key.get((setting, method, self.seed))
             return self.results.value(spec, metric) if spec is not None else None
@@ -431,17 +553,69 @@ class View:
         return statistics.fmean(values)  # type: ignore[arg-type]
 
 
+@dataclass
+class Outcome:
+    """What became of one planned run (or one row of a privacy study): ``finished`` (a
+    result), ``diverged`` (NaN/Inf stopped it in ``round``; ``run`` holds its records up to
+    there), ``failed`` (``reason``: the error) or ``not run``."""
+
+    state: str
+    job: Job
+    reason: str = ""
+    round: int | None = None
+    run: RunResult | None = None
+    cpu: dict[str, Any] = field(default_factory=dict)
+
+    def short(self) -> str:
+        """How a table cell shows a seed without a result."""
+        return f"diverged in round {self.round}" if self.state == "diverged" else self.state
+
+
+def outcomes_of(job: Job) -> dict[str, Outcome]:
+    """Each table row of ``job`` (its method, or a study's rows): what became of it, from its
+    folder (``summary.json``'s ``stopped``, ``status.json``)."""
+    spec, folder = job.spec, job.folder
+    rows = spec.rows or (spec.method,)
+    status = read_status(folder)
+    cpu = {k: status[k] for k in ("cpu", "avx512", "torch_cpu") if k in status}
+
+    def every(state: str, reason: str = "") -> dict[str, Outcome]:
+        return {row: Outcome(state, job, reason, cpu=cpu) for row in rows}
+
+    if job.state == "missing":
+        return every("not run", "the data are missing")
+    if status.get("state") == "failed":  # the last try failed (an older summary is stale)
+        return every("failed", status.get("error", ""))
+    if spec.study is not None:
+        if not (folder / "privacy.json").is_file():
+            return every("not run")
+        found = study_rows(folder)
+        unreadable = "its training run's results are missing or unreadable"
+        return {
+            row: Outcome("finished", job, run=found[row], cpu=cpu)
+            if row in found
+            else Outcome("failed", job, unreadable, cpu=cpu)
+            for row in rows
+        }
+    if not (folder / "summary.json").is_file():
+        return every("not run")
+    try:
+        run = load_run(folder)
+    except DataError as e:
+        return every("failed", str(e))
+    stopped = run.summary.get("stopped")
+    if stopped:  # run_experiment keeps a diverged run's results and says why it stopped
+        out = Outcome("diverged", job, stopped, run.summary.get("rounds", 0) + 1, run, cpu)
+        return {spec.method: out}
+    return {spec.method: Outcome("finished", job, run=run, cpu=cpu)}
+
+
 def load_results(section: Section) -> Results:
-    runs = {}
+    outcomes = {}
     for job in section.jobs:
-        spec = job.spec
-        if spec.study is not None:
-            for row, run in study_rows(job.folder).items():
-                runs[spec.setting, row, spec.seed] = run
-        elif (job.folder / "summary.json").is_file():
-            with suppress(DataError):
-                runs[spec.setting, spec.method, spec.seed] = load_run(job.folder)
-    return Results(section.plan, runs)
+        for row, outcome in outcomes_of(job).items():
+            outcomes[job.spec.setting, row, job.spec.seed] = outcome
+    return Results(section.plan, outcomes)
 
 
 def study_rows(folder: Path) -> dict[str, RunResult]:
@@ -449,7 +623,7 @@ def study_rows(folder: Path) -> dict[str, RunResult]:
     uplink (PSNR, SSIM, σ*) in ``summary["attack"]``."""
     if not (folder / "privacy.json").is_file():
         return {}
-    result = json.loads((folder / "privacy.json").read_text())
+    result = read_json(folder / "privacy.json")
     rows = {}
     for row, (run_name, attack) in table_rows(result).items():
         with suppress(DataError):
@@ -510,21 +684,75 @@ def fmt(value: Any, metric: str) -> str:
     return f"{value:.4f}"
 
 
-def cell(values: list[float | None], metric: str) -> str:
-    """Mean ± std over the seeds, then each seed's value."""
+def cell(values: list[float | None], metric: str, notes: list[str] | None = None) -> str:
+    """Mean ± std over the seeds, then each seed's value; ``notes``: per seed, why it has no
+    value ("diverged in round 75", "failed", "not run"), shown instead of it."""
     if not values:
         return "not run"
+    notes = notes or [""] * len(values)
+    seen = [note or fmt(v, metric) for v, note in zip(values, notes, strict=True)]
     if len(values) == 1:
-        return fmt(values[0], metric)
-    shown = ", ".join(fmt(v, metric) for v in values)
-    if any(v is None or v == INF for v in values):
+        return seen[0]
+    shown = ", ".join(seen)
+    if any(notes) or any(v is None or v == INF for v in values):
         return f"- ({shown})"
     mean, std = statistics.fmean(values), statistics.stdev(values)  # type: ignore[arg-type]
     return f"{fmt(mean, metric)} ± {fmt(std, metric)} ({shown})"
 
 
-def write_report(section: Section, errors: dict[Path, str]) -> str:
-    """Write ``<preset folder>/report.md`` and its plots; returns the markdown."""
+def failures_section(section: Section, results: Results, errors: dict[Path, str]) -> list[str]:
+    """Every run that diverged or failed, this invocation or an earlier one (its folder says
+    so), with why and where its log is."""
+    bad = {}  # one line per job (a study's rows share theirs)
+    for o in results.outcomes.values():
+        if o.state in ("diverged", "failed") and o.job.folder not in bad:
+            bad[o.job.folder] = f"{o.short()}: {o.reason}"
+    for job in section.jobs:  # a worker that died before its folder could say so
+        if job.folder in errors and job.folder not in bad:
+            bad[job.folder] = f"failed: {errors[job.folder]}"
+    if not bad:
+        return []
+    lines = ["## Runs that failed or diverged", ""]
+    lines += [f"- `{f}`: {why} (log: `{f / 'run.log'}`)" for f, why in bad.items()]
+    lines += [
+        "",
+        "A diverged run is kept as it stopped and not run again (lower its lr, or set "
+        "`on_divergence=skip` to drop a client's NaN update); a failed one is tried again by "
+        "the next invocation.",
+        "",
+    ]
+    return lines
+
+
+def machine_lines(results: Results) -> list[str]:
+    """The CPU(s) the runs ran on (from their status.json; this machine for older runs), and
+    why it matters."""
+    ran: dict[str, int] = {}
+    for o in {id(o.job): o for o in results.outcomes.values() if o.run}.values():
+        key = cpu_text(o.cpu) if o.cpu else ""
+        ran[key] = ran.get(key, 0) + 1
+    here = cpu_text(machine())
+    recorded = {k: n for k, n in ran.items() if k}
+    if not recorded:
+        where = f"this report was written on {here}"
+        where += "; the runs' CPU was not recorded" if ran else ""
+    elif len(recorded) == 1 and not ran.get(""):
+        where = f"the runs ran on {next(iter(recorded))}"
+    else:
+        where = "the runs ran on " + "; ".join(f"{k} ({n} runs)" for k, n in recorded.items())
+        if ran.get(""):
+            where += f"; {ran['']} runs did not record theirs"
+    return [
+        f"Machine: {where}. float32 results vary across CPUs: torch picks its kernels by the "
+        "CPU's instruction set, so the same config and seed give different numbers on a CPU "
+        "without AVX-512, and a margin within the seeds' spread may change sign.",
+        "",
+    ]
+
+
+def write_report(section: Section, errors: dict[Path, str]) -> tuple[str, dict[str, int]]:
+    """Write ``<preset folder>/report.md`` and its plots; returns the markdown and the runs
+    by state (:meth:`Results.counts`)."""
     plan, data, folder = section.plan, section.data, section.folder
     results = load_results(section)
     seeds = results.seeds
@@ -545,15 +773,23 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
     if plan.reasons:
         lines += ["What differs from the paper here:", ""]
         lines += [f"- {r}" for r in plan.reasons] + [""]
-    finished = sum(
-        any((s.setting, m, s.seed) in results.runs for m in s.rows or (s.method,))
-        for s in plan.runs
-    )
+    counts = results.counts()
+    finished = counts["finished"]
     wall = sum(r.summary.get("wall_seconds") or 0 for r in results.runs.values())
+    others = ", ".join(f"{counts[k]} {k}" for k in ("diverged", "failed", "not run"))
     lines += [
-        f"Runs: {finished} of {len(plan.runs)} finished, {wall:.0f} s of training in all.",
+        f"Runs: {finished} of {len(plan.runs)} finished, {others}; {wall:.0f} s of training "
+        "in all.",
         "",
     ]
+    if counts["diverged"] + counts["failed"]:
+        lines += [
+            "A run that diverged or failed is no result: it is left out of every mean, "
+            "ranking and verdict, and listed under [Runs that failed or diverged]"
+            "(#runs-that-failed-or-diverged).",
+            "",
+        ]
+    lines += machine_lines(results)
     lines += results_tables(plan, results, folder)
     if plan.paragraph and finished:
         lines += ["## Summary", "", plan.paragraph(results.view(None), plan), ""]
@@ -562,18 +798,14 @@ def write_report(section: Section, errors: dict[Path, str]) -> str:
     if plan.sweep:
         lines += sweep_section(plan, results, folder)
     lines += claims_section(plan, results, data)
-    failed = [j for j in section.jobs if j.folder in errors]
-    if failed:
-        lines += ["## Runs that failed", ""]
-        lines += [f"- `{j.folder}`: {errors[j.folder]} (log: `run.log`)" for j in failed]
-        lines.append("")
+    lines += failures_section(section, results, errors)
     lines += ["## Every run", "", "<details><summary>The command of each run</summary>", ""]
     lines += ["```bash"]
     lines += [job_command(j) for j in section.jobs]
     lines += ["```", "", "</details>", ""]
     text = "\n".join(lines)
     atomic_write_text(folder / "report.md", text)
-    return text
+    return text, counts
 
 
 def coverage_section(plan: Plan, results: Results) -> list[str]:
@@ -648,7 +880,11 @@ def job_command(job: Job) -> str:
 def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
     lines = ["## Results", ""]
     if len(results.seeds) > 1:
-        lines += ["Ours: mean ± std over the seeds (each seed's value); '-': never reached.", ""]
+        lines += [
+            "Ours: mean ± std over the seeds (each seed's value); '-': never reached, or no "
+            "mean because a seed has no result (it diverged, failed or did not run).",
+            "",
+        ]
     for setting in plan.settings():
         methods = plan.methods(setting)
         head, cols = ["method"], []
@@ -666,7 +902,8 @@ def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
                 if paper:
                     row.append(fmt(paper_value(plan, results, setting, method, metric), metric))
                 else:
-                    row.append(cell(results.per_seed(setting, method, metric), metric))
+                    values = results.per_seed(setting, method, metric)
+                    row.append(cell(values, metric, results.notes(setting, method)))
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
         curves = [
@@ -674,12 +911,11 @@ def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
             for name in round_lines(plan, results, setting)
         ]
         curves = [(n, c) for n, c in curves if c]
-        if curves and "round" in plan.plots:
-            from fedretain.experiments.plots import plot_curves
-
-            path = f"accuracy-{slug(setting)}.png"
-            plot_curves(curves, folder / path, x="round", title=setting)
-            lines += [f"![accuracy over rounds, {setting}]({path})", ""]
+        stopped = [s for name in plan.methods(setting) for s in results.stopped(setting, name)]
+        if (curves or stopped) and "round" in plan.plots:
+            path = folder / f"accuracy-{slug(setting)}.png"
+            alt = f"accuracy over rounds, {setting}"
+            lines += curve_plot(curves, stopped, path, "round", alt, setting)
     lines += target_notes(plan)
     lines += [line for note in plan.notes for line in (note, "")]
     if plan.reference and any(m.startswith("R_") for m in plan.metrics):
@@ -743,8 +979,34 @@ def series_of(plan: Plan, setting: str, method: str) -> str:
     return next(r.line for r in runs)
 
 
+def curve_plot(
+    curves: list[tuple[str, list[dict[str, Any]]]],
+    stopped: list[tuple[str, list[dict[str, Any]]]],
+    path: Path,
+    x: str,
+    alt: str,
+    title: str,
+) -> list[str]:
+    """:func:`~fedretain.experiments.plots.plot_curves` of the mean curves and the diverged
+    seeds into ``path``; the report's lines that show it (with a caption where a seed
+    stopped)."""
+    from fedretain.experiments.plots import plot_curves
+
+    plot_curves(curves, path, x=x, title=title, stopped=stopped)
+    lines = [f"![{alt}]({path.name})", ""]
+    if stopped:
+        lines += [
+            "Each line: the mean over the seeds that finished (a method whose seeds all "
+            "diverged has none); a thin line ending in a cross: a seed that diverged, drawn "
+            "to where it stopped (" + "; ".join(label for label, _ in stopped) + ").",
+            "",
+        ]
+    return lines
+
+
 def mean_curve(results: Results, setting: str, method: str) -> list[dict[str, Any]]:
-    """The accuracy and bytes per evaluated round, averaged over the seeds that finished."""
+    """The accuracy and bytes per evaluated round, averaged over the seeds that finished (a
+    diverged seed is drawn on its own: :meth:`Results.stopped`)."""
     runs = [r for s in results.seeds if (r := results.run(setting, method, s)) is not None]
     if not runs:
         return []
@@ -774,12 +1036,11 @@ def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
     for setting in plan.settings():
         curves = [(m, mean_curve(results, setting, m)) for m in plan.methods(setting)]
         curves = [(n, c) for n, c in curves if c]
-        if "bytes" in plan.plots and curves:
-            from fedretain.experiments.plots import plot_curves
-
-            path = f"accuracy_vs_bytes-{slug(setting)}.png"
-            plot_curves(curves, folder / path, x="bytes", title=setting)
-            lines += [f"![accuracy against communication, {setting}]({path})", ""]
+        stopped = [s for name in plan.methods(setting) for s in results.stopped(setting, name)]
+        if "bytes" in plan.plots and (curves or stopped):
+            path = folder / f"accuracy_vs_bytes-{slug(setting)}.png"
+            alt = f"accuracy against communication, {setting}"
+            lines += curve_plot(curves, stopped, path, "bytes", alt, setting)
         if "forgetting" in plan.plots:
             series = []
             for method in plan.methods(setting):
@@ -826,7 +1087,7 @@ def mean_rows(
 def continual_lines(results: Results, setting: str, folder: Path) -> list[str]:
     """A continual preset's per-task view: each method's accuracy matrix (mean over the
     seeds) and its generators' Fréchet distance over the rounds, where recorded."""
-    lines = []
+    lines = [f"#### {setting}", ""] if len(results.plan.settings()) > 1 else []
     methods = results.plan.methods(setting)
     for method in methods:
         runs = [r for s in results.seeds if (r := results.run(setting, method, s)) is not None]
@@ -891,8 +1152,9 @@ def plot_lines(
     from fedretain.experiments import plots  # matplotlib on the Agg backend
 
     fig, ax = plots.plt.subplots(figsize=(6.4, 4.2))
-    for name, points in series:
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+    for i, (name, points) in enumerate(series):
+        style = plots.style(i, len(points))
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, **style)
     for name, y in hlines or []:
         ax.axhline(y, linestyle="--", color="grey", label=name)
     if log:
@@ -1014,39 +1276,119 @@ def verdict(result: bool | None) -> str:
     return {True: "held", False: "did not hold", None: "undecided"}[result]
 
 
+SPREAD_RULE = (
+    "Beyond the seeds' spread: every comparison the claim makes has a paired bootstrap 95 % "
+    "interval of its gap over the seeds that excludes zero (`fedretain.metrics.spread`; with "
+    "3 seeds, every seed agrees on its sign; one seed never separates; a target never reached "
+    "counts as one round after the last round run)."
+)
+
+
+@dataclass
+class Judged:
+    """A claim checked on the means and on each seed: ``overall`` and ``seeds`` (verdicts),
+    ``separated`` (whether every comparison it makes exceeds the seeds' spread; None when it
+    makes none) and ``read`` (the setting and method pairs its check asked for)."""
+
+    overall: bool | None
+    seeds: list[bool | None]
+    separated: bool | None
+    read: list[tuple[str, str]]
+
+
+def judge(claim: Claim, results: Results) -> Judged:
+    """Check ``claim`` on the means and on each seed; pair up the comparisons its check makes
+    seed by seed (``a < b`` at the means: the same ``a < b`` on each seed) and test each with
+    :func:`fedretain.metrics.spread.separated`."""
+    mean = results.view(None)
+    with comparisons() as at_means:
+        overall = claim.check(mean)
+    seeds, per_seed = [], []
+    for seed in results.seeds:
+        with comparisons() as made:
+            seeds.append(claim.check(results.view(seed)))
+        per_seed.append(made if len(made) == len(at_means) else [(None, None)] * len(at_means))
+    last = max((r.summary.get("rounds", 0) for r in results.runs.values()), default=0)
+
+    def finite(x: float | None) -> float | None:  # never reached: one round after the last
+        return last + 1.0 if x == INF else x
+
+    apart = None
+    if at_means:
+        apart = all(
+            separated([finite(m[i][0]) for m in per_seed], [finite(m[i][1]) for m in per_seed])
+            for i in range(len(at_means))
+        )
+    return Judged(overall, seeds, apart, list(mean.read))
+
+
+def verdict_cell(j: Judged) -> str:
+    """The verdict on the means, how many seeds it held on, and whether its gaps exceed the
+    seeds' spread: never a bare "held"."""
+    n, k = len(j.seeds), sum(s is True for s in j.seeds)
+    text = f"**{verdict(j.overall)}**"
+    if n == 1:
+        return text + (" (one seed: no spread to measure)" if j.overall is not None else "")
+    count = f"held on {k} of {n} seeds"
+    if j.overall is None:
+        return f"{text} ({count})"
+    if j.separated is None:
+        spread = "the seeds' spread not measured (no paired comparison)"
+    else:
+        spread = "beyond the seeds' spread" if j.separated else "within the seeds' spread"
+    if j.overall is True and j.separated:
+        return f"{text} on {k} of {n} seeds, {spread}"
+    if j.overall is True:
+        return f"{text} on the means only, {spread} ({count})"
+    return f"{text} on the means, {spread} ({count})"
+
+
+def no_result(results: Results, read: list[tuple[str, str]]) -> str:
+    """The runs a claim asked for that have no result: "SCAFFOLD diverged in round 53 (seed
+    1)"."""
+    parts = []
+    for setting, method in read:
+        for seed in results.seeds:
+            o = results.outcomes.get((setting, method, seed))
+            if o is not None and o.state != "finished":
+                parts.append(f"{method} {o.short()} (seed {seed})")
+    return "no result from " + ", ".join(dict.fromkeys(parts)) if parts else ""
+
+
 def claims_section(plan: Plan, results: Results, data: Data) -> list[str]:
     lines = ["## Claims", ""]
     many = len(results.seeds) > 1
     head = ["#", "claim", "verdict"] + (["per seed"] if many else []) + ["likely reason"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    held = 0
+    held = apart = 0
     for i, claim in enumerate(plan.claims, 1):
         if data.missing:
             row = [str(i), claim.text, "not run (data missing)"] + ([""] if many else []) + [""]
             lines.append("| " + " | ".join(row) + " |")
             continue
-        overall = claim.check(results.view(None))
-        seeds = [claim.check(results.view(s)) for s in results.seeds]
-        held += overall is True
+        j = judge(claim, results)
+        held += j.overall is True
+        apart += j.overall is True and bool(j.separated) and many
         reason = ""
-        if overall is not True:
+        if j.overall is not True:
             parts = [claim.why_not] if claim.why_not else []
             if plan.reasons:  # the differences listed above, by their first words
                 parts.insert(0, ", ".join(r.split(":")[0] for r in plan.reasons) + " (above)")
-            if overall is None:
-                missing = len(results.runs) < len(plan.runs)
-                parts.insert(0, "runs are missing" if missing else "no side reached its target")
+            if j.overall is None:
+                parts.insert(0, no_result(results, j.read) or "no side reached its target")
             reason = "; ".join(parts)
-        row = [str(i), claim.text, f"**{verdict(overall)}**"]
+        row = [str(i), claim.text, verdict_cell(j)]
         if many:
-            row.append(", ".join(verdict(s) for s in seeds))
+            row.append(", ".join(verdict(s) for s in j.seeds))
         row.append(reason or "")
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     if not data.missing:
+        spread = f", {apart} of them beyond the seeds' spread" if many else ""
         lines += [
-            f"{held} of {len(plan.claims)} claims held (on the means over the seeds; "
-            "'undecided': runs are missing, or no side reached the target).",
+            f"{held} of {len(plan.claims)} claims held on the means over the seeds{spread} "
+            "('undecided': a run it needs has no result, or no side reached the target). "
+            + (SPREAD_RULE if many else "With one seed the seeds' spread is not measured."),
             "",
         ]
     return lines
@@ -1066,4 +1408,14 @@ def list_presets() -> list[str]:
     return out
 
 
-__all__ = ["Results", "View", "list_presets", "reproduce", "resolve_data", "run_one"]
+__all__ = [
+    "Outcome",
+    "Reproduced",
+    "Results",
+    "View",
+    "list_presets",
+    "machine",
+    "reproduce",
+    "resolve_data",
+    "run_one",
+]

@@ -1,0 +1,89 @@
+"""`fedretain reproduce`: what became of each run is kept with it; ranks by the seeds' spread;
+plots that keep every line in sight."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from fedretain.experiments.plots import plot_curves, style
+from fedretain.experiments.presets import RunSpec, ranks
+from fedretain.experiments.reproduce import Job, job_state, outcomes_of, run_jobs
+from fedretain.recipe.config import load_config
+
+TINY = ["dataset=digits", "clients=4", "clients_per_round=2", "rounds=3", "model=mlp"]
+TINY += ["model.hidden=[8]", "local_steps=2", "threads=1", "checkpoint_every=1"]
+
+
+def test_a_run_that_diverges_says_so_in_its_folder_and_is_not_run_again(tmp_path):
+    args = [*TINY, "lr=1e30"]  # NaN in the first round
+    job = Job("t", RunSpec("s", "FedAvg", 0, {}), args, tmp_path / "run", "fresh")
+    lines: list[str] = []
+    errors = run_jobs([job], 1, lines.append)
+    assert "training diverged in round 1" in errors[job.folder]
+    assert "diverged: training diverged in round 1" in lines[-1]
+    status = json.loads((job.folder / "status.json").read_text())
+    assert status["state"] == "diverged" and "cpu" in status
+    assert "stopped" in json.loads((job.folder / "summary.json").read_text())
+    outcome = outcomes_of(job)["FedAvg"]
+    assert outcome.state == "diverged" and outcome.round == 1 and outcome.run is not None
+    assert outcome.short() == "diverged in round 1"
+    assert job_state(job.folder, load_config(None, args)) == "done"  # the same NaN again
+
+
+def test_a_failed_run_is_kept_as_failed_and_tried_again(tmp_path):
+    job = Job("t", RunSpec("s", "FedAvg", 0, {}), TINY, tmp_path / "run", "fresh")
+    job.folder.mkdir()
+    (job.folder / "status.json").write_text(json.dumps({"state": "failed", "error": "boom"}))
+    outcome = outcomes_of(job)["FedAvg"]
+    assert (outcome.state, outcome.reason) == ("failed", "boom")
+    assert job_state(job.folder, load_config(None, TINY)) == "fresh"
+    assert run_jobs([job], 1, lambda s: None) == {}
+    assert json.loads((job.folder / "status.json").read_text())["state"] == "finished"
+    assert outcomes_of(job)["FedAvg"].state == "finished"
+
+
+class Seeds:
+    """Means over the seeds, and the values behind them (method -> per-seed values)."""
+
+    def __init__(self, rows: dict[str, list[float]]) -> None:
+        self.rows = rows
+
+    def get(self, setting: str, method: str, metric: str) -> float | None:
+        values = self.rows.get(method)
+        return sum(values) / len(values) if values else None
+
+    def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
+        return list(self.rows[method])
+
+
+def test_ranks_separate_methods_only_beyond_the_seeds_spread():
+    v = Seeds(
+        {
+            "A": [0.80, 0.82, 0.84],
+            "B": [0.79, 0.83, 0.83],  # A above it on 2 of 3 seeds: within noise of A
+            "C": [0.70, 0.71, 0.72],  # below A and B on every seed
+            "D": [0.71, 0.68, 0.72],  # within noise of C
+        }
+    )
+    # E has no mean: left out
+    assert ranks(v, "s", ["D", "C", "B", "A", "E"], "final") == [["A", "B"], ["C", "D"]]
+    assert ranks(v, "s", ["A", "C"], "final", lower=True) == [["C"], ["A"]]
+
+    class OneSeed(Seeds):
+        per_seed = None  # the means only: nothing separates
+
+    assert ranks(OneSeed(v.rows), "s", ["A", "C"], "final") == [["A", "C"]]
+
+
+def test_every_line_of_a_plot_has_its_own_colour_and_marker(tmp_path):
+    styles = [style(i) for i in range(10)]
+    assert len({s["color"] for s in styles}) == len({s["marker"] for s in styles}) == 10
+    assert all(a["linewidth"] > b["linewidth"] for a, b in itertools.pairwise(styles))
+    assert style(1, 100)["markevery"] != style(2, 100)["markevery"]  # staggered markers
+    records = [
+        {"round": r, "test_accuracy": 0.1 * r, "bytes_up": r, "bytes_down": r} for r in range(5)
+    ]
+    path = tmp_path / "a.png"
+    plot_curves([("FedAvg", records), ("FedProx", records)], path, stopped=[("x", records[:3])])
+    assert path.read_bytes().startswith(b"\x89PNG")

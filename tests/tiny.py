@@ -4,6 +4,12 @@ Model: ``f(x) = w x`` with one weight ``w`` (``nn.Linear(1, 1, bias=False)``), l
 ``½ (w x − y)²`` per example, so the gradient of a batch mean is ``mean((w x − y) x)``.
 Client 0 holds ``(x, y) = (1, 2)``; client 1 holds two copies of ``(2, 0)``.
 With ``batch_size = 2`` every local epoch is one full-batch step.
+
+Numbers computed by hand are exact references (better than a float64 run); the float32 runs land
+within a few float32 roundings of them: 2.9e-7 at most over the hand-checked tests (4.1e-7 where
+the hand value is itself rounded to 6 digits), seen with AVX-512 and AVX2 kernels and 1 and 2
+threads. Their bounds (1e-6 and up; 3e-6 where a result is divided by K·lr) keep 10x or more over
+what each one saw.
 """
 
 from __future__ import annotations

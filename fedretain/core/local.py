@@ -147,8 +147,8 @@ def make_local_init(opt: Optimizer, penalty: Penalty | None = None) -> LocalInit
             "opt": opt.init(x),
             "down": down,
             "client": client_state,
-            "lr": torch.tensor(ctx.info.lr, dtype=torch.float32, device=dev),
-            "lr_sum": torch.zeros((), dtype=torch.float32, device=dev),
+            "lr": torch.tensor(ctx.info.lr, dtype=leaves(x)[0].dtype, device=dev),
+            "lr_sum": torch.zeros((), dtype=leaves(x)[0].dtype, device=dev),
         }
         return state if pull is None else {**state, ANCHOR: pull.anchor(state)}
 

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.func import grad
 
 from fedretain.core.tree import Tree, tree_clone
-from fedretain.data.base import as_float
+from fedretain.data.base import as_input
 from fedretain.losses import Loss
 from fedretain.losses.ce import ce
 from fedretain.models.registry import substituted_call
@@ -148,10 +148,11 @@ class Task:
         One pass over many clients' samples; callers split the rows (the forgetting
         diagnostics measure each model on every client's samples at once).
         """
-        device = next(iter(params.values())).device
+        first = next(iter(params.values()))
+        device = first.device
         correct, losses = [], []
         for start in range(0, len(y), batch_size):
-            xb = as_float(x[start : start + batch_size].to(device))
+            xb = as_input(x[start : start + batch_size].to(device), first.dtype)
             if self.convolutional and xb.dim() == 4 and device.type == "cpu":
                 # oneDNN's NHWC kernels: 1.1-1.35x on 3-channel images (benchmarks/RESULTS.md)
                 xb = xb.contiguous(memory_format=torch.channels_last)

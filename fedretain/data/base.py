@@ -43,3 +43,11 @@ def as_float(x: torch.Tensor) -> torch.Tensor:
     if x.dtype == torch.uint8:
         return x.to(torch.float32).div_(255.0)
     return x.to(torch.float32) if x.dtype != torch.float32 else x
+
+
+def as_input(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A batch of inputs as a model in ``dtype`` takes it: :func:`as_float`, or for a float64
+    model (a ``precision=fp64`` run) in float64, ``uint8`` images scaled to [0, 1] in float64."""
+    if dtype != torch.float64:
+        return as_float(x)
+    return x.double().div_(255.0) if x.dtype == torch.uint8 else x.double()

@@ -25,7 +25,7 @@ from torch import Tensor
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, finite_rows, leaves, tree_allfinite, tree_map
-from fedretain.data.base import Dataset, as_float
+from fedretain.data.base import Dataset, as_input
 from fedretain.engines.ledger import Ledger
 from fedretain.engines.schedule import batch_plan, sample_clients
 from fedretain.engines.store import ClientStore, MemoryStore
@@ -67,6 +67,7 @@ class Clients:
     local: LocalSpec
     seed: int = 0
     device: torch.device = CPU
+    dtype: torch.dtype = torch.float32  # of the batches' inputs: float64 in precision=fp64
 
     def __len__(self) -> int:
         return len(self.parts)
@@ -84,7 +85,7 @@ class Clients:
         else:
             label_mask[y] = True
         return {
-            "x": as_float(self.dataset.x_train[idx].to(self.device)),
+            "x": as_input(self.dataset.x_train[idx].to(self.device), self.dtype),
             "y": y,
             "w": torch.ones(len(idx), device=self.device),
             "label_mask": label_mask,
@@ -390,8 +391,10 @@ class Rounds:
             return server_state, {**metrics, "train_loss": float("nan")}
         if len(kept) < len(info.clients):
             info = replace(info, clients=tuple(kept))
-        weights = torch.tensor(
-            [self.clients.size(c) for c in kept], dtype=torch.float32, device=self.device
+        weights = torch.tensor(  # float32, or float64 in a precision=fp64 run
+            [self.clients.size(c) for c in kept],
+            dtype=leaves(server_state["x"])[0].dtype,
+            device=self.device,
         )
         server_state, agg = self.algorithm.aggregate(server_state, stacked, weights, info)
         if not tree_allfinite(server_state["x"]):

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from fedretain.continual.scenario import ContinualData
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree
-from fedretain.data.base import Dataset, as_float
+from fedretain.data.base import Dataset, as_input
 from fedretain.engines.round import Rounds
 from fedretain.errors import DataError
 from fedretain.files import save_figure, write_jsonl
@@ -85,10 +85,11 @@ class ContinualRecorder:
     ) -> tuple[float, float, dict[str, Any]]:
         """Accuracy and loss on the seen classes after ``done`` rounds, and the record's
         continual keys; appends the row to ``continual.jsonl``."""
-        device = next(iter(params.values())).device
+        first = next(iter(params.values()))
+        device, dtype = first.device, first.dtype
         correct, losses = [], []
         for start in range(0, len(self.y_test), batch_size):
-            xb = as_float(self.x_test[start : start + batch_size].to(device))
+            xb = as_input(self.x_test[start : start + batch_size].to(device), dtype)
             yb = self.y_test[start : start + batch_size].to(device)
             logits, _ = task.forward(params, buffers, xb, train=False)
             correct.append((logits.argmax(dim=-1) == yb).cpu())

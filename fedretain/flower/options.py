@@ -20,6 +20,11 @@ def check_options(cfg: Config) -> None:
             f"engine=flower trains clients on the CPU; device={cfg.device} is not supported "
             "(use engine=sequential or engine=vmap on a GPU)"
         )
+    if cfg.precision == "fp64":
+        raise ConfigError(
+            "engine=flower sends float32 records; precision=fp64 (a float64 reference run) "
+            "runs on engine=sequential, vmap or auto"
+        )
     if cfg.store != "memory":
         raise ConfigError(
             "engine=flower keeps client states on the clients (context.state); "

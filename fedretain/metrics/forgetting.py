@@ -44,7 +44,7 @@ import torch
 from fedretain.core.fisher import fisher_diag
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, ravel
-from fedretain.data.base import Dataset, as_float
+from fedretain.data.base import Dataset, as_input
 
 
 class Forgetting:
@@ -91,12 +91,12 @@ class Forgetting:
         if len(idx) > self.fisher_samples:
             idx = np.sort(self.rng.choice(idx, self.fisher_samples, replace=False))
         i = torch.from_numpy(idx)
-        device = next(iter(self.task.model.parameters())).device
-        x = as_float(self.dataset.x_train[i]).to(device)
+        first = next(iter(self.task.model.parameters()))
+        x = as_input(self.dataset.x_train[i], first.dtype).to(first.device)
         return {
             "x": x,
-            "y": self.dataset.y_train[i].to(device),
-            "w": torch.ones(len(i), device=device),
+            "y": self.dataset.y_train[i].to(first.device),
+            "w": torch.ones(len(i), dtype=first.dtype, device=first.device),
         }
 
     def _fisher_corr(

@@ -24,7 +24,7 @@ from fedretain.errors import ConfigError, unknown_choice
 from fedretain.registry import coerce, kind
 
 ON_DIVERGENCE = ("stop", "skip")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp64")
 
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = None) -> Any:
@@ -125,7 +125,9 @@ class Config:
         "fp32; or bf16: the model's forward and backward in local training under bfloat16 "
         "autocast (parameters, gradients, updates, the server and evaluation stay float32): "
         "about 1.5x faster convolutions on CPUs with AVX-512 BF16 and on GPUs, slower on CPUs "
-        "without it; numbers differ from fp32 by bfloat16 rounding",
+        "without it; numbers differ from fp32 by bfloat16 rounding; or fp64: model, data "
+        "and algorithm state in float64 (a slow reference to measure float32 rounding "
+        "against)",
     )
     threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
     checkpoint_every: int = setting(

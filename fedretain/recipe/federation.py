@@ -7,7 +7,7 @@ client or a benchmark needs, and no engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,7 @@ class Federation:
         if self.continual is None:
             return self.clients
         c = self.clients
-        return Clients(c.dataset, self.continual.parts_for_round(rnd), c.local, c.seed, c.device)
+        return replace(c, parts=self.continual.parts_for_round(rnd))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -142,6 +142,9 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         )
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
+    dtype = torch.float64 if cfg.precision == "fp64" else torch.float32
+    if dtype == torch.float64:  # drawn in float32 as in fp32 runs, then widened
+        model = model.double()
     autocast = torch.bfloat16 if cfg.precision == "bf16" else None
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes, autocast=autocast)
     scenario = continual.scenario if continual is not None else None
@@ -165,7 +168,7 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
     return Federation(
         config=cfg,
         dataset=dataset,
-        clients=Clients(dataset, parts, local, cfg.seed, device),
+        clients=Clients(dataset, parts, local, cfg.seed, device, dtype),
         val_parts=val_parts,
         task=task,
         algorithm=algorithm,

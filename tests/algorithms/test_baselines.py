@@ -66,7 +66,9 @@ def test_scaffold_two_rounds_by_hand():
     engine = tiny_engine(build_algorithm("scaffold"), epochs=2)
     state = run_rounds(engine, 1)
     assert w(state) == pytest.approx(0.775, abs=1e-6)
-    assert w(state, "c") == pytest.approx(1.125, abs=1e-6)
+    # c divides float32 differences of the models by K·lr = 0.2: 2.4e-7 seen, the bound keeps
+    # >10x (AVX-512 and AVX2 kernels, 1 and 2 threads)
+    assert w(state, "c") == pytest.approx(1.125, abs=3e-6)
     assert float(engine.store[0]["c_i"]["weight"].reshape(())) == pytest.approx(-0.95, abs=1e-5)
     assert float(engine.store[1]["c_i"]["weight"].reshape(())) == pytest.approx(3.2, abs=1e-5)
     # round 2: corrected gradients g + 2.075 (client 0) and g − 2.075 (client 1)

@@ -100,7 +100,9 @@ def test_loss_and_gradient_match_the_direct_computation(weights):
     for p in glob.parameters():
         p.requires_grad_(False)
     ref_grads = torch.autograd.grad(ref, list(local.parameters()))
-    assert float(total) == pytest.approx(float(ref.detach()), rel=1e-6)
+    # two float32 evaluations of the same loss: 2.4e-7 (one rounding near 2.3) seen on
+    # AVX-512 and AVX2 kernels with 1 and 2 threads; the bounds keep >= 10x
+    assert float(total) == pytest.approx(float(ref.detach()), rel=3e-6)
     assert float(ce_main) == pytest.approx(
         float(F.cross_entropy(local(b["x"]), b["y"]).detach()), rel=1e-6
     )
@@ -201,8 +203,13 @@ def test_resnet20_step_runs():
     assert not torch.equal(new["params"]["blocks.0.conv.weight"], params["blocks.0.conv.weight"])
 
 
-def test_two_block_mlp_vmap_equals_sequential_and_payloads_are_fedavgs():
+# float64: the engines agree to rounding, which proves the same computation; float32: the
+# bound keeps >100x over the differences seen (1.5e-8; AVX-512 and AVX2 kernels, 1 and 2
+# threads)
+@pytest.mark.parametrize("precision, bound", [("fp64", 1e-12), ("fp32", 1e-5)])
+def test_two_block_mlp_vmap_equals_sequential_and_payloads_are_fedavgs(precision, bound):
     over = {
+        "precision": precision,
         "algorithm": "fedmlb",
         "model.hidden": [8, 8],
         "clients_per_round": 3,
@@ -211,7 +218,7 @@ def test_two_block_mlp_vmap_equals_sequential_and_payloads_are_fedavgs():
     seq_state, seq = _run({**over, "engine": "sequential"}, rounds=2)
     vm_state, vm = _run({**over, "engine": "vmap"}, rounds=2)
     assert vm.engine.name == "vmap" and BASE["model"] == "mlp"
-    assert _max_diff(seq_state, vm_state) < 1e-5
+    assert _max_diff(seq_state, vm_state) < bound
     # the ledger counts exactly the declared payload keys (FedAvg's)
     for engine in (seq, vm):
         assert (

@@ -68,7 +68,9 @@ def _flower_arrays(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: np.asarray(a.numpy(), dtype=np.float64) for k, a in record.items()}
 
 
-def _close(ours: dict, theirs: dict[str, np.ndarray], tol: float = 1e-6) -> None:
+# float32 replies: ours (torch, float32) and Flower's (numpy) round differently, 1.9e-6 seen
+# on values up to ~10 (AVX-512 and AVX2 kernels, 1 and 2 threads); the bound keeps >= 10x
+def _close(ours: dict, theirs: dict[str, np.ndarray], tol: float = 2e-6) -> None:
     for k, v in theirs.items():
         np.testing.assert_allclose(ours[k].double().numpy(), v, atol=tol, rtol=tol, err_msg=k)
 

@@ -87,6 +87,7 @@ def test_closed_form_gradient_equals_autograd_of_the_value(name):
     closed = penalty.grad(state["params"], state)
     for k, g in zip(leaves_, grads, strict=True):
         scale = float(g.abs().max().clamp_min(1e-30))
+        # float32: 1.0e-7 seen (FedDyn; AVX-512 and AVX2 kernels, 1 and 2 threads)
         assert float((closed[k] - g).abs().max()) <= 1e-6 * max(scale, 1.0)
 
 
@@ -157,7 +158,9 @@ def test_a_pull_folded_into_sgd_equals_adding_its_gradient_then_stepping(name):
             a, _ = make_local_step(opt, penalty)(a, data, ctx)
             b, _ = make_local_step(opt, unfolded)(b, data, ctx)
         for k in state["params"]:
-            torch.testing.assert_close(a["params"][k], b["params"][k], rtol=1e-6, atol=1e-7)
+            # three float32 steps, lerp against add-then-step: 1.2e-7 seen (AVX-512 and AVX2
+            # kernels, 1 and 2 threads); the bound keeps >= 10x
+            torch.testing.assert_close(a["params"][k], b["params"][k], rtol=1e-6, atol=1e-6)
             assert not torch.equal(a["params"][k], state["params"][k])
 
 

@@ -10,7 +10,7 @@ from fedretain.engines.vmap import VmapEngine
 from fedretain.experiments.run import build_rounds, run_experiment
 from fedretain.recipe.config import Config, make_config
 from fedretain.recipe.federation import build_federation
-from tests.engines.test_vmap_conformance import BASE, OVERRIDES, _max_diff, _run
+from tests.engines.test_vmap_conformance import BASE, FP32_BOUND, OVERRIDES, _max_diff, _run
 
 
 def test_auto_is_the_default_engine():
@@ -28,7 +28,9 @@ def test_auto_gives_the_sequential_engines_numbers(name):
     auto_state, rounds = _run({"algorithm": name, "engine": "auto", **even})
     vectorisable = ALGORITHMS.build(name, {}).vectorisable if name != "moon" else True
     assert isinstance(rounds.engine, VmapEngine if vectorisable else SequentialEngine)
-    assert _max_diff(seq_state, auto_state) < 1e-5
+    # float32 rounding alone (3.6e-7 seen; AVX-512 and AVX2 kernels, 1 and 2 threads): the
+    # bound of test_vmap_conformance, whose float64 runs prove the engines compute the same
+    assert _max_diff(seq_state, auto_state) < FP32_BOUND
 
 
 def test_auto_falls_back_to_sequential_for_batchnorm(capsys):

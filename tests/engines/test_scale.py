@@ -23,7 +23,10 @@ def _bench():
 def test_quick_scale_check_runs_and_keeps_the_scaffold_identity(tmp_path):
     res = _bench().run(clients=60, per_round=20, folder=tmp_path, model="mlp")
     assert res["clients_with_state"] == 60
-    assert res["c_mean_max_abs_err"] < 1e-3 * max(res["c_max_abs"], 1e-12)
+    # the server's float32 c, built round by round, against the float64 mean of the stored c_i:
+    # 1.5e-4 of c's largest entry seen (AVX-512 and AVX2 kernels, 1 and 2 threads); the bound
+    # keeps > 10x
+    assert res["c_mean_max_abs_err"] < 2e-3 * max(res["c_max_abs"], 1e-12)
 
 
 @pytest.mark.slow

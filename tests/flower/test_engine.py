@@ -148,6 +148,7 @@ def test_divergence_follows_on_divergence_like_the_sequential_engine(policy):
         ({"device": "cuda"}, "engine=flower trains clients on the CPU"),
         ({"engine__client_cpus": 0.0}, "engine.client_cpus must be > 0"),
         ({"engine__reply_timeout": -1.0}, "engine.reply_timeout must be > 0"),
+        ({"precision": "fp64"}, "precision=fp64 .* runs on engine=sequential, vmap or auto"),
         ({"store": "disk"}, "store=disk is not supported"),
         ({"store__dtype": "float16"}, "store.dtype=float16 is not supported"),
         ({"diagnostics": ["forgetting"]}, "engine=flower cannot run diagnostics"),

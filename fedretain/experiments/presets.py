@@ -250,20 +250,23 @@ def seed_values(v: Values, setting: str, method: str, metric: str) -> list[float
 def ranks(
     v: Values, setting: str, methods: Iterable[str], metric: str, lower: bool = False
 ) -> list[list[str]]:
-    """``methods`` grouped into ranks by ``metric``, best first, each rank best first; a
-    method opens a new rank only when it separates from every method of the rank above
-    beyond the seeds' spread (:func:`fedretain.metrics.spread.separated`: the paired
-    bootstrap 95 % interval of the gap over the seeds excludes zero), else it shares that
-    rank: "within noise". Methods without a mean are left out; with one seed nothing
-    separates, so every method shares one rank."""
+    """``methods`` grouped into ranks by ``metric``, best first, each rank best first. A rank
+    is its best method and those within noise of it: a method opens a new rank when it
+    separates from the best method of the rank above beyond the seeds' spread
+    (:func:`fedretain.metrics.spread.separated`: the paired 95 % t-interval of the gap over
+    the seeds excludes zero), else it joins that rank. (Comparing with the rank's best, not
+    with every member, keeps a noisy method from chaining far-apart methods into one rank.)
+    Methods without a mean are left out; with one seed nothing separates, so every method
+    shares one rank."""
     from fedretain.metrics.spread import separated
 
     means = {m: x for m in methods if (x := v.get(setting, m, metric)) is not None}
     order = sorted(means, key=lambda m: means[m], reverse=not lower)
     out: list[list[str]] = []
     for m in order:
-        mine = seed_values(v, setting, m, metric)
-        if out and not all(separated(mine, seed_values(v, setting, o, metric)) for o in out[-1]):
+        if out and not separated(
+            seed_values(v, setting, m, metric), seed_values(v, setting, out[-1][0], metric)
+        ):
             out[-1].append(m)
         else:
             out.append([m])
@@ -1721,7 +1724,10 @@ def _listed(group: list[str], values: dict[str, float], bold: bool = False) -> s
 
 
 def _noise(group: list[str]) -> str:
-    return ", within noise of each other" if len(group) > 1 else ""
+    """How a rank's methods relate (:func:`ranks`: each is within noise of the rank's best)."""
+    if len(group) < 2:
+        return ""
+    return ", within noise of each other" if len(group) == 2 else f", within noise of {group[0]}"
 
 
 def demo_paragraph(v: Values, plan: Plan) -> str:
@@ -1745,7 +1751,7 @@ def demo_paragraph(v: Values, plan: Plan) -> str:
     n = max(len(seed_values(v, setting, m, "final")) for m in final)
     rule = (
         f"Means over {n} seed(s); a gap counts only where it exceeds the seeds' spread (the "
-        "paired bootstrap 95 % interval of the gap over the seeds excludes zero, "
+        "paired 95 % t-interval of the gap over the seeds excludes zero, "
         "`fedretain.metrics.spread`), else the methods are within noise."
     )
     best = max(final.values())

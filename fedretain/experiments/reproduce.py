@@ -1277,10 +1277,10 @@ def verdict(result: bool | None) -> str:
 
 
 SPREAD_RULE = (
-    "Beyond the seeds' spread: every comparison the claim makes has a paired bootstrap 95 % "
-    "interval of its gap over the seeds that excludes zero (`fedretain.metrics.spread`; with "
-    "3 seeds, every seed agrees on its sign; one seed never separates; a target never reached "
-    "counts as one round after the last round run)."
+    "Beyond the seeds' spread: every comparison the claim makes has a paired 95 % t-interval "
+    "of its gap over the seeds that excludes zero (`fedretain.metrics.spread`; with 3 seeds "
+    "the mean gap must exceed 2.5 times its standard deviation over the seeds; one seed never "
+    "separates; a target never reached counts as one round after the last round run)."
 )
 
 

@@ -80,7 +80,7 @@ def test_the_paragraph_says_within_noise_for_methods_within_the_seeds_spread():
     text = demo_paragraph(values, PLAN)
     assert text.startswith("**GradMA** led with a final accuracy of 0.7400")
     assert "14.00 points above FedAvg's 0.6000" in text
-    top3 = "FedCurv (0.6033), FedAvg (0.6000), FedProx (0.6000), within noise of each other"
+    top3 = "FedCurv (0.6033), FedAvg (0.6000), FedProx (0.6000), within noise of FedCurv"
     assert f"Then came {top3}; then SGD (0.3000)." in text
     assert "**GradMA** (2.1000) forgot least (FedAvg: 3.3000)" in text  # lower on every seed
     assert "FedAvg (3.3000), FedProx (3.3333) forgot most, within noise of each other" in text

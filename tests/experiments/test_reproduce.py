@@ -123,7 +123,8 @@ def test_every_preset_gives_valid_configs_at_every_scale(scale):
             continue
         paper = entry.meta["dataset"]
         plan = entry.factory(scale, [0, 1], Data(paper, "", paper))
-        assert plan.runs and plan.claims, name
+        assert plan.runs, name
+        assert plan.claims or name.endswith("-tune"), name  # a tuning study makes no claim
         assert len({(r.setting, r.method, r.seed) for r in plan.runs}) == len(plan.runs)
         assert len({r.folder for r in plan.runs}) == len(plan.runs)
         for spec in plan.runs:
@@ -325,7 +326,7 @@ def test_held_claims_give_their_seed_count_and_whether_they_exceed_the_spread():
     assert "**did not hold** on the means, beyond the seeds' spread" in rows["B ends above A"]
     summary = next(line for line in lines if "claims held" in line)
     assert "3 of 4 claims held on the means over the seeds, 2 of them beyond" in summary
-    assert "paired bootstrap 95 % interval" in summary and "fedretain.metrics.spread" in summary
+    assert "paired 95 % t-interval" in summary and "fedretain.metrics.spread" in summary
 
 
 def test_the_report_names_the_cpu_the_runs_ran_on(ci):

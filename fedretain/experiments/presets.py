@@ -1841,7 +1841,7 @@ def demo_tune(scale: str, seeds: list[int], data: Data) -> Plan:
     """
     from functools import partial
 
-    from fedretain.experiments.tuning import VAL_FRACTION, Grid, tuning_paragraph, tuning_runs
+    from fedretain.experiments.tuning import VAL_FRACTION, Grid, grid_points, tuning_paragraph
 
     base = {k: x for k, x in demo_base(scale, data).items() if not k.startswith("diagnostics")}
     rounds = base["rounds"]
@@ -1851,7 +1851,12 @@ def demo_tune(scale: str, seeds: list[int], data: Data) -> Plan:
         title="Tuning the demo's methods alike on a validation split",
         source="none: the choice the demo ships (its hyper-parameters)",
         base=base,
-        runs=tuning_runs(DEMO_SETTING, grids, seeds),
+        runs=[
+            RunSpec(
+                DEMO_SETTING, g.label(x), seed, {**g.overrides, g.key: x, "seed": seed}, g.method, x
+            )
+            for g, x, seed in grid_points(grids, seeds)
+        ],
         metrics=["final", "wall_s"],
         reasons=pick(scale, paper=[], small=[], ci=[CI_REASON]),
         paragraph=partial(tuning_paragraph, grids),

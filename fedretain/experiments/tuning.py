@@ -12,7 +12,7 @@ A run reports test accuracy only, so the validation accuracy is measured here, f
 final checkpoint: the global model of the last round on the union of every client's held-out
 samples (:func:`validation_accuracy`, kept in the run folder's ``validation.json``).
 
-A preset builds the runs with :func:`tuning_runs` and reports them with
+A preset builds the runs from :func:`grid_points` and reports them with
 :func:`tuning_paragraph` (the grid, every point's validation score, the chosen values);
 ``fedretain reproduce demo-tune`` is the demo's study.
 """
@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from fedretain.errors import ConfigError, DataError
-from fedretain.experiments.presets import Plan, RunSpec, Values
 from fedretain.files import read_json, write_json
 
 VAL_FRACTION = 0.1  # of each client's samples held out (TCE's split)
@@ -71,16 +70,12 @@ def check_budgets(grids: Iterable[Grid]) -> None:
             )
 
 
-def tuning_runs(setting: str, grids: Iterable[Grid], seeds: list[int]) -> list[RunSpec]:
-    """One run per method, grid point and seed (``series``: the method, ``x``: the value)."""
+def grid_points(grids: Iterable[Grid], seeds: list[int]) -> list[tuple[Grid, float, int]]:
+    """Every (grid, value, seed) to run, the budgets checked (:func:`check_budgets`); a preset
+    makes each a run with the grid's overrides and ``key=value``."""
     grids = list(grids)
     check_budgets(grids)
-    return [
-        RunSpec(setting, g.label(x), seed, {**g.overrides, g.key: x, "seed": seed}, g.method, x)
-        for g in grids
-        for x in g.values
-        for seed in seeds
-    ]
+    return [(g, x, seed) for g in grids for x in g.values for seed in seeds]
 
 
 def validation_accuracy(folder: str | Path) -> float:
@@ -118,7 +113,7 @@ def validation_accuracy(folder: str | Path) -> float:
 
 
 def validation_scores(
-    v: Values, setting: str, grids: Iterable[Grid]
+    v: Any, setting: str, grids: Iterable[Grid]
 ) -> dict[str, dict[float, list[float]]]:
     """method -> grid value -> the validation accuracy of each seed that finished. ``v`` is
     the report's view of the results (its ``results.run`` gives each run's folder)."""
@@ -145,9 +140,11 @@ def choose(scores: dict[str, dict[float, list[float]]]) -> dict[str, float | Non
     return chosen
 
 
-def tuning_paragraph(grids: list[Grid], v: Values, plan: Plan) -> str:
+def tuning_paragraph(grids: list[Grid], v: Any, plan: Any) -> str:
     """The grid of each method, every point's validation accuracy (mean over the seeds, each
-    seed's value) and the chosen value; use as ``functools.partial(tuning_paragraph, grids)``."""
+    seed's value) and the chosen value; use as ``functools.partial(tuning_paragraph, grids)``
+    for a :class:`~fedretain.experiments.presets.Plan`'s paragraph (``v``: the report's view
+    of the results)."""
     setting = plan.settings()[0]
     scores = validation_scores(v, setting, grids)
     chosen = choose(scores)
@@ -195,8 +192,8 @@ __all__ = [
     "Grid",
     "check_budgets",
     "choose",
+    "grid_points",
     "tuning_paragraph",
-    "tuning_runs",
     "validation_accuracy",
     "validation_scores",
 ]

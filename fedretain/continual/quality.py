@@ -234,7 +234,9 @@ def frechet_distance(
         device = next(extractor.parameters()).device
     except StopIteration:
         device = torch.device("cpu")
-    metric = FrechetInceptionDistance(feature=extractor, normalize=True)
+    # the metric's running sums live on the features' device (a CPU metric with CUDA features
+    # failed: 'Expected all tensors to be on the same device')
+    metric = FrechetInceptionDistance(feature=extractor, normalize=True).to(device)
     with torch.no_grad():
         for images, real in ((real_images, True), (fake_images, False)):
             for i in range(0, len(images), batch_size):

@@ -50,9 +50,3 @@ def separated(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
     """True when ``a`` and ``b`` differ beyond their seeds' spread (the interval excludes 0)."""
     interval = paired_interval(a, b)
     return interval is not None and (interval[0] > 0 or interval[1] < 0)
-
-
-def agreeing_seeds(a: Sequence[float | None], b: Sequence[float | None]) -> tuple[int, int]:
-    """``(k, n)``: of the ``n`` seeds both have, ``k`` have ``a > b``."""
-    d = _paired(a, b)
-    return int((d > 0).sum()), len(d)

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Protocol
 
@@ -258,10 +258,13 @@ class Rounds:
         store: ClientStore | None = None,
         *,
         on_divergence: str = "stop",
+        clients_at: Callable[[int], Clients] | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.task = task
         self.clients = clients
+        # the clients of a round, where they change with it (a continual scenario's task)
+        self.clients_at = clients_at
         self.engine = engine
         # a store is a Mapping: an empty one is falsy, so test for None
         own = engine.store if engine.store is not None else store
@@ -315,6 +318,8 @@ class Rounds:
     ) -> OpenRound | None:
         """Sample (unless ``clients`` are given) and broadcast; None when nobody takes part."""
         self.local_models = {}
+        if self.clients_at is not None:
+            self.clients = self.clients_at(rnd)
         if clients is None:
             clients = sample_clients(self.num_clients, per_round, self.clients.seed, rnd)
         if len(clients) == 0:

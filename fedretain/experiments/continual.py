@@ -3,8 +3,6 @@ the classes seen so far, the accuracy matrix and its measures, plots.
 
 :class:`ContinualRecorder` is driven by :class:`~fedretain.experiments.run.Run`:
 
-- before every round it switches the federation's clients to the parts of that round's task
-  (``Rounds.clients``; the client-state store persists across the switch);
 - every evaluation takes one pass over the test set with the global model and reports, for the
   task of the last completed round ``t``, the accuracy and loss on the test samples of every
   class seen by any client in tasks ``0..t`` (these become ``test_accuracy``/``test_loss`` of
@@ -39,11 +37,9 @@ from fedretain.continual.scenario import ContinualData
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree
 from fedretain.data.base import Dataset, as_input
-from fedretain.engines.round import Rounds
 from fedretain.errors import DataError
 from fedretain.files import save_figure, write_jsonl
 from fedretain.metrics.continual import continual_summary
-from fedretain.recipe.federation import Federation
 
 __all__ = ["ContinualRecorder", "plot_accuracy_matrix", "plot_task_accuracy"]
 
@@ -62,18 +58,8 @@ class ContinualRecorder:
         self.seen_masks = [np.isin(y, continual.seen_classes(t)) for t in tasks]
         self.x_test, self.y_test = dataset.x_test, dataset.y_test
         self.rows: list[dict[str, Any]] = []
-        self.switched: int | None = None  # the task the rounds' clients were switched to
 
     # the run's hooks -----------------------------------------------------------------------
-
-    def before_round(self, rounds: Rounds, fed: Federation, rnd: int) -> None:
-        """Switch ``rounds``' clients to the parts of round ``rnd``'s task when it changed
-        (the first round of this process included: a resumed run starts mid-sequence)."""
-        task = self.scenario.task_of(rnd)
-        if task == self.switched:
-            return
-        rounds.clients = fed.clients_for_round(rnd)
-        self.switched = task
 
     def task_after(self, done: int) -> int:
         """The task of the last completed round (task 0 before any round)."""

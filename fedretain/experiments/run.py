@@ -169,7 +169,13 @@ def rounds_of(fed: Federation, engine: Engine, out: Path | None) -> Rounds:
     ``out/client_state``) and divergence policy."""
     store = client_store(fed.config, out)
     return Rounds(
-        fed.algorithm, fed.task, fed.clients, engine, store, on_divergence=fed.config.on_divergence
+        fed.algorithm,
+        fed.task,
+        fed.clients,
+        engine,
+        store,
+        on_divergence=fed.config.on_divergence,
+        clients_at=fed.clients_for_round if fed.continual is not None else None,
     )
 
 
@@ -256,8 +262,6 @@ class Run:
         """Round ``rnd`` (0-based) with the participation model's clients."""
         self.settled = False
         clients = self.fed.participation.clients(rnd)
-        if self.continual is not None:
-            self.continual.before_round(self.rounds, self.fed, rnd)
         for observer in self.observers:
             observer.before_round(rnd, clients.tolist())
         self.server_state, metrics = self.rounds.run_round(

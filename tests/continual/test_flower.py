@@ -57,7 +57,6 @@ def _run(cfg, federation=None):
     state = fed.algorithm.server_init(*fed.task.init())
     try:
         for rnd in range(cfg.rounds):
-            runner.clients = fed.clients_for_round(rnd)  # what Run does at task boundaries
             clients = fed.participation.clients(rnd)
             state, _ = runner.run_round(state, rnd, cfg.lr_at(rnd), clients=clients)
     finally:

@@ -6,9 +6,10 @@ Errors the user can fix print one line (``error: ...``) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from fedretain.errors import FedRetainError, os_error_message
@@ -181,25 +182,31 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-# `fedretain list <what>` -> the registry's kind
-LISTS = {
-    "algorithms": "algorithm",
-    "datasets": "dataset",
-    "partitions": "partition",
-    "models": "model",
-    "losses": "loss",
-    "optimizers": "optimizer",
-    "server-opts": "server_opt",
-    "aggregators": "aggregator",
-    "participations": "participation",
-    "engines": "engine",
-    "stores": "store",
-    "diagnostics": "diagnostic",
-    "trackers": "tracker",
-    "privacy": "privacy",
-    "scenarios": "scenario",
-    "replays": "replay",
-}
+_PLURALS = {"loss": "losses", "privacy": "privacy"}  # where it is not the kind + "s"
+
+
+class _Lists(Mapping[str, str]):
+    """``fedretain list <what>`` -> the registry's kind: every kind of :mod:`fedretain.registry`,
+    in the plural, "-" for "_" (``server-opts``). Made on first use, so that building the parser
+    (``fedretain --help``) imports no registry."""
+
+    @functools.cached_property
+    def _lists(self) -> dict[str, str]:
+        from fedretain.registry import kinds
+
+        return {_PLURALS.get(k, k.replace("_", "-") + "s"): k for k in kinds()}
+
+    def __getitem__(self, what: str) -> str:
+        return self._lists[what]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lists)
+
+    def __len__(self) -> int:
+        return len(self._lists)
+
+
+LISTS: Mapping[str, str] = _Lists()
 
 
 def version() -> str:
@@ -222,14 +229,23 @@ def settings_help(width: int = 100) -> str:
     )
     from fedretain.registry import PROVIDERS, kind
 
-    def wrap(text: str, indent: str) -> list[str]:
-        return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent) or []
+    def wrap(text: str, indent: str, hanging: str = "") -> list[str]:
+        return (
+            textwrap.wrap(
+                text,
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent + hanging,
+                break_on_hyphens=False,  # names such as gradma-w stay whole
+            )
+            or []
+        )
 
     def entries(registry_kind: str, prefix: str | None) -> list[str]:
         registry = kind(registry_kind)
         out = []
-        for name, entry in registry.items():
-            out += wrap(f"{name}: {entry.description}", "      ")
+        for name, entry in registry.items():  # a name at column 6, its description's rest at 8
+            out += wrap(f"{name}: {entry.description}", "      ", "  ")
             if prefix and registry.params(name):
                 out += wrap(", ".join(option_defaults(prefix, name)), "          ")
         return out
@@ -246,7 +262,10 @@ def settings_help(width: int = 100) -> str:
         if s.key in NAMED and NAMED[s.key] in PROVIDERS:
             lines += entries(NAMED[s.key], None)
         elif s.key in named_by:
-            lines += wrap(f"options: {named_by[s.key]}.<option> (below)", "      ")
+            prefix = named_by[s.key]
+            choices = ", ".join(kind(COMPONENTS[prefix].kind))
+            lines += wrap(f"choices: {choices}", "      ")
+            lines += wrap(f"options: {prefix}.<option> (below)", "      ")
     lines.append("")
     lines += wrap(
         "component options, <prefix>.<option>=VALUE (in a TOML file, a [<prefix>] table, "
@@ -379,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(fn=_cmd_reproduce)
 
     lst = sub.add_parser("list", help="list what is available")
-    lst.add_argument("what", choices=list(LISTS), help="the kind of component")
+    lst.add_argument(  # the choices are read when they are shown or checked, not here
+        "what", metavar="WHAT", choices=LISTS, help="the kind of component: %(choices)s"
+    )
     lst.add_argument(
         "--params",
         action="store_true",

@@ -77,3 +77,41 @@ def test_every_file_the_docs_and_experiments_point_to_exists():
         if not (ROOT / path).exists()
     ]
     assert not missing, missing
+
+
+def test_layout_page_lists_every_package_and_module_of_the_tree(hook):
+    page = (DOCS / "layout.md").read_text()
+    assert "<!-- fedretain:layout -->" in page  # so a stale page fails the test above
+    table = hook.layout()
+    package = ROOT / "fedretain"
+    for module in package.rglob("*.py"):
+        section = f"### `{module.parent.relative_to(ROOT).as_posix()}/`"
+        assert section in table, module
+        if module.name != "__init__.py":
+            rows = table.split(section, 1)[1].split("\n### ", 1)[0]
+            assert f"| `{module.name}` | " in rows, module
+
+
+def test_layout_walks_nested_packages_and_marks_missing_docstrings(hook, tmp_path):
+    root = tmp_path / "pkg"
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "__init__.py").write_text('"""The package. More about it."""\n')
+    (root / "plain.py").write_text("x = 1\n")  # no docstring
+    (root / "sub" / "__init__.py").write_text('"""sub."""\n')  # a docstring naming only itself
+    (root / "sub" / "long.py").write_text(
+        '"""Uses :class:`~a.b.Thing`, e.g. Alpha, and ``x | y`` with '
+        + "many words " * 20
+        + '. A second sentence."""\n'
+    )
+    (root / "sub" / "deeper" / "leaf.py").write_text('"""A leaf, found by walking."""\n')
+    table = hook.layout(root)
+    sections = [line for line in table.splitlines() if line.startswith("### ")]
+    assert sections == ["### `pkg/`", "### `pkg/sub/`", "### `pkg/sub/deeper/`"]
+    assert "### `pkg/`\n\nThe package.\n" in table
+    assert f"| `plain.py` | {hook.NO_DOCSTRING} |" in table
+    assert f"| [`sub/`](#pkgsub) | {hook.NO_DOCSTRING} |" in table
+    assert "| `leaf.py` | A leaf, found by walking. |" in table
+    long_row = next(line for line in table.splitlines() if line.startswith("| `long.py` |"))
+    assert long_row.startswith("| `long.py` | Uses `Thing`, e.g. Alpha, and `x \\| y` with many")
+    assert long_row.endswith("… |") and len(long_row) < 20 + hook.SUMMARY_CHARS
+    assert "second sentence" not in table

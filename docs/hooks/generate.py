@@ -5,8 +5,10 @@ made from the one place that defines it: the config keys from
 :class:`fedretain.recipe.config.Config` (each field's help) and the registries
 (:func:`fedretain.registry.kind`; each option's meaning from its factory's ``:param:`` line),
 the algorithms from their registry and their modules' docstrings, the data sets from their
-registry's ``how_to_get``. The pages in the repository carry the tables (so they read on their
-own); after changing a registry or a config key, rewrite them with::
+registry's ``how_to_get``, the package's layout from its source tree (every package and module,
+found by walking ``fedretain/``, with its docstring's first sentence; read, not imported). The
+pages in the repository carry the tables (so they read on their own); after changing a registry,
+a config key or a module, rewrite them with::
 
     python docs/hooks/generate.py --write
 
@@ -17,6 +19,7 @@ tables afresh at build time.
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import sys
 from collections.abc import Callable
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parents[1]
+PACKAGE = DOCS.parent / "fedretain"
 MARKER = re.compile(r"<!-- fedretain:([a-z-]+) -->")
 # a marker with the table after it, up to its end marker (a bare marker: nothing yet)
 _BLOCK = re.compile(
@@ -166,11 +170,85 @@ def kinds() -> str:
     return "\n".join(rows)
 
 
+NO_DOCSTRING = "**no module docstring**"
+SUMMARY_CHARS = 120  # a longer first sentence is cut at a word, with an ellipsis
+# words that end in a full stop without ending the sentence
+_ABBREVIATIONS = ("e.g", "i.e", "al", "cf", "vs", "etc", "Fig", "Eq", "App", "No")
+
+
+def first_sentence(doc: str, limit: int = SUMMARY_CHARS) -> str:
+    """The first sentence of a docstring's first paragraph, one line of Markdown: roles as code
+    (``:class:`~a.B``` as `` `B` ``), cut at a word after ``limit`` characters."""
+    para = " ".join(doc.strip().split("\n\n")[0].split())
+    end = len(para)
+    for m in re.finditer(r"[.!?](?=\s+[A-Z(`*\"])", para):
+        if not para[: m.start()].endswith(_ABBREVIATIONS):
+            end = m.end()
+            break
+    text = re.sub(r":[a-z]+:`~(?:[\w.]*\.)?(\w+)`", r"`\1`", para[:end])  # ~a.b.C -> C
+    text = _cell(text)
+    if len(text) > limit:
+        text = text[: text.rfind(" ", 0, limit)].rstrip(",;:") + "…"
+        if text.count("`") % 2:  # a code span the cut left open
+            text += "`"
+    return text
+
+
+def _summary(path: Path) -> str:
+    """A module's first docstring sentence, or :data:`NO_DOCSTRING` where it has none (or one
+    that only names the module: ``\"\"\"core.\"\"\"``)."""
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    except SyntaxError as e:
+        return f"**does not parse** (line {e.lineno})"
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    if doc.strip().rstrip(".").lower() in ("", name.lower()):
+        return NO_DOCSTRING
+    return first_sentence(doc)
+
+
+def _packages(root: Path) -> list[Path]:
+    """``root`` and every folder under it that holds Python modules, depth first, by name."""
+    out = [root]
+    for sub in sorted(d for d in root.iterdir() if d.is_dir()):
+        if any(sub.rglob("*.py")):
+            out += _packages(sub)
+    return out
+
+
+def layout(root: Path = PACKAGE) -> str:
+    """One section per package of ``root`` (nested ones too): its ``__init__``'s first sentence,
+    then a table of its modules and subpackages, each with its docstring's first sentence."""
+    out = []
+    for package in _packages(root):
+        rel = package.relative_to(root.parent).as_posix()
+        init = package / "__init__.py"
+        out += [f"### `{rel}/`", ""]
+        out += [_summary(init) if init.is_file() else "**no `__init__.py`**", ""]
+        rows = ["| module | what it is |", "|---|---|"]
+        for module in sorted(package.glob("*.py")):
+            if module.name != "__init__.py":
+                rows.append(f"| `{module.name}` | {_summary(module)} |")
+        for sub in _packages(package)[1:]:
+            if sub.parent == package:
+                summary = _summary(sub / "__init__.py") if (sub / "__init__.py").is_file() else ""
+                rows.append(f"| [`{sub.name}/`](#{_anchor(sub, root)}) | {summary} |")
+        if len(rows) > 2:
+            out += [*rows, ""]
+    return "\n".join(out).rstrip("\n")
+
+
+def _anchor(package: Path, root: Path) -> str:
+    """The id MkDocs gives the heading ``### `fedretain/core/``` (``fedretaincore``)."""
+    return re.sub(r"[^\w-]", "", package.relative_to(root.parent).as_posix()).lower()
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "settings": settings,
     "algorithms": algorithms,
     "datasets": datasets,
     "kinds": kinds,
+    "layout": layout,
 }
 
 

@@ -4,6 +4,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -480,3 +481,72 @@ def test_compare_refuses_mixed_runs_unless_allowed(tmp_path, capsys):
     assert "shards(" in text and " | iid |" in text
     rows = read_json(tmp_path / "rep" / "report.json")["runs"]
     assert [r["settings"]["partition"].split("(")[0] for r in rows] == ["shards", "iid"]
+
+
+def _help_of(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse's width: each help text on one line
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def _names(text):
+    """``a, b (default) or c`` -> ``[a, b, c]``: the names of a help's choice list."""
+    text = " ".join(re.sub(r"\([^)]*\)", "", text).split())
+    return [n for n in re.split(r"\s*,\s*|\s+or\s+", text) if n]
+
+
+def _blocks(text):
+    """A help tail's blocks, each a line at column 2 and the lines below it, by first word."""
+    blocks = re.split(r"\n  (?=\S)", text)[1:]
+    return {re.split(r"[ .]", b, maxsplit=1)[0]: b for b in blocks}
+
+
+def test_each_kind_a_help_names_is_listed_exactly_as_its_registry(capsys, monkeypatch):
+    from fedretain.cli import LISTS
+    from fedretain.experiments.presets import SCALES
+    from fedretain.privacy.attacks import METHODS
+    from fedretain.recipe.config import COMPONENTS, NAMED
+    from fedretain.registry import kind, kinds
+
+    # `list WHAT`: one WHAT per kind of the registry, and nothing else
+    assert sorted(LISTS.values()) == sorted(kinds()) and len(LISTS) == len(kinds())
+    listed = re.search(r"the kind of component: (.*)", _help_of(["list"], capsys, monkeypatch))
+    assert _names(listed.group(1)) == list(LISTS)
+
+    run_help = _help_of(["run"], capsys, monkeypatch)
+    settings, _, options = run_help.partition("\ncomponent options")
+    keys = _blocks(settings)
+    for prefix, comp in COMPONENTS.items():
+        # the key choosing the component: its registry's names, in its order
+        choices = re.search(r"\n      choices: (.*?)\n      options: ", keys[comp.name_field], re.S)
+        assert choices and _names(choices.group(1)) == list(kind(comp.kind)), comp.name_field
+        # its options' section: one entry per name, the name at column 6
+        entries = re.findall(r"^      (\S+): ", _blocks(options)[prefix], re.M)
+        assert entries == list(kind(comp.kind)), prefix
+    for key, k in NAMED.items():  # a component without options: its entries under its key
+        assert re.findall(r"^      (\S+): ", keys[key], re.M) == list(kind(k)), key
+
+    # the examples of every help name registered components
+    names = {c.name_field: c.kind for c in COMPONENTS.values()} | NAMED
+    helps = [run_help] + [
+        _help_of([c], capsys, monkeypatch)
+        for c in ("validate", "compare", "partition", "privacy", "reproduce")
+    ]
+    examples = [
+        (key, value)
+        for text in helps
+        for key, value in re.findall(r"(?<![\w.])(\w+)=([a-z][\w-]*)", text)
+        if key in names
+    ]
+    assert ("algorithm", "scaffold") in examples and ("partition", "dirichlet") in examples
+    for key, value in examples:
+        assert value in kind(names[key]), (key, value)
+
+    # lists that are no registry's: the attacks and the presets' scales
+    privacy_help = _help_of(["privacy"], capsys, monkeypatch)
+    attack = re.search(r"--attack ATTACK +(.*)", privacy_help).group(1)
+    assert sorted(_names(attack)) == sorted(METHODS)
+    scale = re.search(r"--scale SCALE +(.*)", _help_of(["reproduce"], capsys, monkeypatch))
+    assert _names(scale.group(1)) == list(SCALES)

@@ -11,8 +11,8 @@ import torch
 
 from fedretain.core.task import Task
 from fedretain.errors import ConfigError
-from fedretain.experiments import presets
 from fedretain.experiments.presets import PRESETS, Data
+from fedretain.experiments.presets import demo as presets  # DEMO_GRIDS, patched below
 from fedretain.experiments.reproduce import as_args, reproduce
 from fedretain.experiments.tuning import (
     Grid,

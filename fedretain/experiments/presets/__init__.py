@@ -1,0 +1,144 @@
+"""The presets of ``fedretain reproduce``: the papers' tables, and the README's demo.
+
+A preset is a function ``(scale, seeds, data) -> Plan`` registered in :data:`PRESETS`. Its
+:class:`Plan` lists the runs (setting x method x seed, each a config built from overrides over
+a base config), the paper's numbers to show beside ours, and the paper's claims as predicates
+over the results. :mod:`fedretain.experiments.reproduce` runs the plan and writes the report.
+
+Scales: ``paper`` is the paper's clients, rounds, epochs and model (a GPU's work); ``small``
+fits 2 CPU cores in about an hour per preset (the estimate is in each preset's docstring,
+measured by timing a few rounds of each method with ``threads=1``, two runs at a time);
+``ci`` is a smoke test of seconds per run (2 rounds, tiny models, 1 seed) whose claims are
+still evaluated, mostly to "did not hold" at that scale.
+
+Modules: :mod:`~fedretain.experiments.presets.plan` (the plan, the registry, the claims'
+checks and the run builders every preset uses), then one per paper, each registering its
+presets: :mod:`~fedretain.experiments.presets.fedreg`,
+:mod:`~fedretain.experiments.presets.fedcurv`, :mod:`~fedretain.experiments.presets.fedcil`,
+:mod:`~fedretain.experiments.presets.gradma`, :mod:`~fedretain.experiments.presets.tce` and
+:mod:`~fedretain.experiments.presets.demo` (``demo`` and ``demo-tune``). This package names
+their public parts; the demo's preset function is ``presets.demo.demo`` (``presets.demo`` is
+its module).
+"""
+
+from __future__ import annotations
+
+# isort: off
+# the modules register their presets as they are imported: this order is the registry's
+# (`fedretain reproduce --list`, and the order `all` runs in)
+from fedretain.experiments.presets.plan import (
+    CI,
+    CI_MLP,
+    CI_REASON,
+    INF,
+    PRESETS,
+    SCALES,
+    Check,
+    Claim,
+    Data,
+    MethodKeys,
+    Plan,
+    RunSpec,
+    Sweep,
+    Values,
+    at_most,
+    best,
+    comparisons,
+    data_keys,
+    every,
+    fewer,
+    fewest,
+    higher,
+    highest,
+    lt,
+    paper_numbers,
+    pick,
+    ranks,
+    runs,
+    runs_over,
+    scale_reasons,
+    seed_values,
+    slug,
+    standin_reason,
+)
+from fedretain.experiments.presets.fedreg import (
+    CNN_SETTING,
+    fedreg_table1,
+    fedreg_table2,
+    fedreg_table4,
+)
+from fedretain.experiments.presets.fedcurv import fedcurv_table1
+from fedretain.experiments.presets.fedcil import fedcil_table1
+from fedretain.experiments.presets.gradma import gradma_table1, gradma_table2
+from fedretain.experiments.presets.tce import TCE_VARIANTS, tce_method, tce_table1
+from fedretain.experiments.presets.demo import (
+    DEMO_CHANCE,
+    DEMO_GRIDS,
+    DEMO_METHODS,
+    DEMO_SETTING,
+    DEMO_TUNE_COMMAND,
+    DEMO_TUNED,
+    demo_base,
+    demo_method,
+    demo_paragraph,
+    demo_tune,
+)
+
+# isort: on
+
+__all__ = [
+    "CI",
+    "CI_MLP",
+    "CI_REASON",
+    "CNN_SETTING",
+    "DEMO_CHANCE",
+    "DEMO_GRIDS",
+    "DEMO_METHODS",
+    "DEMO_SETTING",
+    "DEMO_TUNED",
+    "DEMO_TUNE_COMMAND",
+    "INF",
+    "PRESETS",
+    "SCALES",
+    "TCE_VARIANTS",
+    "Check",
+    "Claim",
+    "Data",
+    "MethodKeys",
+    "Plan",
+    "RunSpec",
+    "Sweep",
+    "Values",
+    "at_most",
+    "best",
+    "comparisons",
+    "data_keys",
+    "demo_base",
+    "demo_method",
+    "demo_paragraph",
+    "demo_tune",
+    "every",
+    "fedcil_table1",
+    "fedcurv_table1",
+    "fedreg_table1",
+    "fedreg_table2",
+    "fedreg_table4",
+    "fewer",
+    "fewest",
+    "gradma_table1",
+    "gradma_table2",
+    "higher",
+    "highest",
+    "lt",
+    "paper_numbers",
+    "pick",
+    "ranks",
+    "runs",
+    "runs_over",
+    "scale_reasons",
+    "seed_values",
+    "slug",
+    "standin_reason",
+    "tce_method",
+    "tce_table1",
+]

@@ -1,0 +1,342 @@
+"""What a preset builds, and the helpers every preset builds it with: :class:`Plan` (its
+runs, each a :class:`RunSpec`, and the paper's claims, each a :class:`Claim`), :class:`Data`,
+:class:`Sweep`, the registry :data:`PRESETS`, the checks a claim is made of (:func:`fewer`,
+:func:`higher`, :func:`highest`, :func:`ranks`, ...), the keys every ``ci`` plan shares
+(:data:`CI`), and the builders of a plan's runs (:func:`runs`, :func:`runs_over`), paper
+numbers (:func:`paper_numbers`) and deviations (:func:`scale_reasons`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fedretain.errors import ConfigError
+from fedretain.registry import Registry
+
+# every preset has ci, small and paper; medium only where a preset defines it (fedcil-table1)
+SCALES = ("ci", "small", "medium", "paper")
+INF = math.inf  # a rounds-to metric that never reached its target
+
+
+class Values(Protocol):
+    """The results as a claim sees them: one seed's, or the means over the seeds."""
+
+    def get(self, setting: str, method: str, metric: str) -> float | None:
+        """``metric`` of ``method`` in ``setting``; None when the run is missing. Rounds-to
+        metrics are ``INF`` when the target was never reached."""
+        ...
+
+
+Check = Callable[[Values], bool | None]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a method in a setting with a seed; ``overrides`` are flat config keys over the
+    plan's base. ``series`` and ``x``: the line and the value of a sweep (λ, lr).
+
+    With ``study`` (the options of :class:`~fedretain.experiments.privacy.Study`) the job is a
+    ``fedretain privacy`` study on that config instead of one run; it fills the table rows
+    ``rows`` (:data:`~fedretain.experiments.privacy.TABLE_ROWS`)."""
+
+    setting: str
+    method: str
+    seed: int
+    overrides: dict[str, Any]
+    series: str = ""
+    x: float | None = None
+    study: dict[str, Any] | None = None
+    rows: tuple[str, ...] = ()
+
+    @property
+    def folder(self) -> str:
+        return f"{slug(self.setting)}/{slug(self.method)}/seed{self.seed}"
+
+    @property
+    def line(self) -> str:
+        return self.series or self.method
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of the paper, checked on our numbers; ``why_not``: the most likely reason when
+    it does not hold (after the plan's deviations from the paper)."""
+
+    text: str
+    check: Check
+    why_not: str = ""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A hyper-parameter swept over runs (``RunSpec.x``): the report draws final accuracy
+    against it per series; with a ``baseline`` method, also says from which value the series
+    departs from it."""
+
+    key: str
+    log: bool = True
+    baseline: str = ""
+
+
+@dataclass(frozen=True)
+class Data:
+    """The dataset a plan runs on: ``paper``'s own, or a stand-in (``note`` says why), or none
+    (``missing`` says which files are missing and how to get them)."""
+
+    name: str
+    data_dir: str
+    paper: str
+    note: str = ""
+    missing: str = ""
+    samples: int = 0  # training samples (0: unknown)
+
+
+@dataclass
+class Plan:
+    """Everything ``fedretain reproduce`` needs for one preset at one scale."""
+
+    title: str
+    source: str  # where the paper's numbers are
+    base: dict[str, Any]  # flat config keys every run starts from
+    runs: list[RunSpec]
+    metrics: list[str]  # table columns: final, top, R_0.5, to:<label>, MB_up, loss_increase...
+    reference: str = ""  # the method whose final accuracy R_a is measured against
+    paper: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # deviations from the paper here
+    targets: dict[str, float | dict[str, float]] = field(default_factory=dict)  # ours
+    paper_targets: dict[str, float | dict[str, float]] = field(default_factory=dict)
+    sweep: Sweep | None = None
+    plots: tuple[str, ...] = ("round",)  # round, bytes, forgetting, continual
+    setting_metrics: dict[str, list[str]] = field(default_factory=dict)  # instead of metrics
+    paragraph: Callable[[Values, Plan], str] | None = None
+    notes: list[str] = field(default_factory=list)
+    # settings whose report relates each accuracy change between evaluations to how many
+    # classes the clients of those rounds held (what drives swings on one-class clients)
+    coverage: tuple[str, ...] = ()
+
+    def settings(self) -> list[str]:
+        return list(dict.fromkeys(r.setting for r in self.runs))
+
+    def methods(self, setting: str) -> list[str]:
+        rows = (r.rows or (r.method,) for r in self.runs if r.setting == setting)
+        return list(dict.fromkeys(m for row in rows for m in row))
+
+    def metrics_of(self, setting: str) -> list[str]:
+        return self.setting_metrics.get(setting, self.metrics)
+
+    def target(self, label: str, setting: str, paper: bool = False) -> float | None:
+        value = (self.paper_targets if paper else self.targets).get(label)
+        return value.get(setting) if isinstance(value, dict) else value
+
+
+# name -> preset function (scale, seeds, data) -> Plan; meta: dataset (the paper's), standin
+# (what runs when its files are absent), seeds (default count per scale), estimate (small)
+PRESETS = Registry("preset")
+
+
+def slug(text: str) -> str:
+    """A folder name: ``"FedCurv λ=1e-4"`` -> ``fedcurv-lambda-1e-4``."""
+    for greek, latin in {"λ": "lambda", "α": "alpha", "ω": "omega", "γ": "gamma"}.items():
+        text = text.replace(greek, latin)
+    return re.sub(r"[^a-z0-9.+]+", "-", text.lower()).strip("-")
+
+
+def pick(scale: str, **by_scale: Any) -> Any:
+    """The value given for ``scale`` (a ConfigError for a scale the preset does not define)."""
+    if scale not in by_scale:
+        raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
+    return by_scale[scale]
+
+
+# ---------------------------------------------------------------------------- claim helpers
+
+
+# the comparisons the claim being checked makes, while :func:`comparisons` collects them
+_COMPARED: ContextVar[list[tuple[float | None, float | None]] | None] = ContextVar(
+    "compared", default=None
+)
+
+
+@contextmanager
+def comparisons() -> Iterator[list[tuple[float | None, float | None]]]:
+    """Collect, in order, every ``a < b`` a claim's check makes (its :func:`lt` calls):
+    run on each seed's values, they pair up for :func:`fedretain.metrics.spread.separated`."""
+    seen: list[tuple[float | None, float | None]] = []
+    token = _COMPARED.set(seen)
+    try:
+        yield seen
+    finally:
+        _COMPARED.reset(token)
+
+
+def lt(a: float | None, b: float | None) -> bool | None:
+    """a < b, undecided when a value is missing or both never reached their target."""
+    seen = _COMPARED.get()
+    if seen is not None:
+        seen.append((a, b))
+    if a is None or b is None or (a == INF and b == INF):
+        return None
+    return a < b
+
+
+def every(results: Iterable[bool | None]) -> bool | None:
+    """All of ``results`` hold: False when one does not, else undecided when one is."""
+    results = list(results)
+    if any(r is False for r in results):
+        return False
+    return None if any(r is None for r in results) else True
+
+
+def fewer(setting: str, a: str, b: str, metric: str) -> Check:
+    """``a`` reaches ``metric`` (a rounds-to metric) in fewer rounds than ``b``."""
+    return lambda v: lt(v.get(setting, a, metric), v.get(setting, b, metric))
+
+
+def higher(setting: str, a: str, b: str, metric: str = "final") -> Check:
+    """``a``'s ``metric`` is above ``b``'s."""
+    return lambda v: lt(v.get(setting, b, metric), v.get(setting, a, metric))
+
+
+def at_most(setting: str, a: str, b: str, metric: str) -> Check:
+    """``a``'s ``metric`` is at most ``b``'s."""
+
+    def check(v: Values) -> bool | None:
+        b_below = lt(v.get(setting, b, metric), v.get(setting, a, metric))
+        return None if b_below is None else not b_below
+
+    return check
+
+
+def fewest(setting: str, a: str, others: list[str], metric: str) -> Check:
+    """``a``'s ``metric`` (a rounds-to metric) is below every one of ``others``'."""
+    return lambda v: every(lt(v.get(setting, a, metric), v.get(setting, o, metric)) for o in others)
+
+
+def highest(setting: str, a: str, others: list[str], metric: str = "final") -> Check:
+    """``a``'s ``metric`` is above every one of ``others``'."""
+    return lambda v: every(lt(v.get(setting, o, metric), v.get(setting, a, metric)) for o in others)
+
+
+def best(v: Values, setting: str, methods: list[str], metric: str, lower: bool) -> float | None:
+    """The best value of ``metric`` over ``methods`` (a sweep's series); None if none ran."""
+    values = [x for m in methods if (x := v.get(setting, m, metric)) is not None]
+    if not values:
+        return None
+    return min(values) if lower else max(values)
+
+
+def seed_values(v: Values, setting: str, method: str, metric: str) -> list[float | None]:
+    """``metric`` of ``method`` seed by seed (aligned by seed, None where a seed has no
+    result) when ``v`` holds the means over the seeds; else ``[v.get(...)]`` (one value)."""
+    per_seed = getattr(v, "per_seed", None)
+    if per_seed is not None:
+        return per_seed(setting, method, metric)
+    return [v.get(setting, method, metric)]
+
+
+def ranks(
+    v: Values, setting: str, methods: Iterable[str], metric: str, lower: bool = False
+) -> list[list[str]]:
+    """``methods`` grouped into ranks by ``metric``, best first, each rank best first. A rank
+    is its best method and those within noise of it: a method opens a new rank when it
+    separates from the best method of the rank above beyond the seeds' spread
+    (:func:`fedretain.metrics.spread.separated`: the paired 95 % t-interval of the gap over
+    the seeds excludes zero), else it joins that rank. (Comparing with the rank's best, not
+    with every member, keeps a noisy method from chaining far-apart methods into one rank.)
+    Methods without a mean are left out; with one seed nothing separates, so every method
+    shares one rank."""
+    from fedretain.metrics.spread import separated
+
+    means = {m: x for m in methods if (x := v.get(setting, m, metric)) is not None}
+    order = sorted(means, key=lambda m: means[m], reverse=not lower)
+    out: list[list[str]] = []
+    for m in order:
+        if out and not separated(
+            seed_values(v, setting, m, metric), seed_values(v, setting, out[-1][0], metric)
+        ):
+            out[-1].append(m)
+        else:
+            out.append([m])
+    return out
+
+
+def data_keys(data: Data) -> dict[str, Any]:
+    """The config keys of ``data``: its dataset, and its folder where one was given."""
+    return {"dataset": data.name, **({"data_dir": data.data_dir} if data.data_dir else {})}
+
+
+def standin_reason(data: Data) -> list[str]:
+    """The deviation a stand-in dataset makes (none when ``data`` is the paper's)."""
+    return [] if data.name == data.paper else [f"{data.name} stands in for {data.paper}"]
+
+
+# ci: a smoke test of seconds per run
+CI = {"rounds": 2, "clients_per_round": 2, "local_steps": 2, "eval_every": 1, "checkpoint_every": 1}
+CI_MLP = {"model": "mlp", "model.hidden": [16]}
+CI_REASON = "scale=ci: 2 rounds of 2 clients taking 2 local steps, a tiny model"
+
+
+def scale_reasons(scale: str, small: str = "", ci: str = CI_REASON) -> list[str]:
+    """A plan's deviations from the paper at ``scale``: none at ``paper``, ``small`` at
+    ``small`` (none when empty), ``ci`` at ``ci``; a ConfigError for another scale."""
+    return pick(scale, paper=[], small=[small] if small else [], ci=[ci])
+
+
+# ---------------------------------------------------------------------------- run builders
+
+
+MethodKeys = Mapping[str, Mapping[str, Any]]  # method -> its config keys
+
+
+def runs(
+    setting: str,
+    methods: MethodKeys,
+    seeds: Sequence[int],
+    common: Mapping[str, Any] | None = None,
+    *,
+    series: str = "",
+    x: float | None = None,
+) -> list[RunSpec]:
+    """Every method of ``methods`` on every seed in ``setting``, method by method, seed by
+    seed; a run's overrides are ``common``, then its method's keys, then ``seed``. ``series``
+    and ``x``: the sweep's line and value of every one of these runs."""
+    common = common or {}
+    return [
+        RunSpec(setting, method, seed, {**common, **keys, "seed": seed}, series, x)
+        for method, keys in methods.items()
+        for seed in seeds
+    ]
+
+
+def runs_over(
+    settings: Mapping[str, Mapping[str, Any]],
+    methods: MethodKeys | Callable[[str], MethodKeys],
+    seeds: Sequence[int],
+) -> list[RunSpec]:
+    """:func:`runs` of every setting of ``settings`` (name -> its config keys, which the
+    method's keys override), setting by setting; ``methods`` is the same in every setting,
+    or a function of the setting's name."""
+    return [
+        spec
+        for setting, keys in settings.items()
+        for spec in runs(setting, methods(setting) if callable(methods) else methods, seeds, keys)
+    ]
+
+
+def paper_numbers(
+    columns: Sequence[str], numbers: Mapping[str, Mapping[str, Sequence[Any]]]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The paper's numbers by (setting, method) from ``numbers`` (setting -> method -> one
+    table row), each row's values named by ``columns``."""
+    return {
+        (setting, method): dict(zip(columns, row, strict=True))
+        for setting, rows in numbers.items()
+        for method, row in rows.items()
+    }

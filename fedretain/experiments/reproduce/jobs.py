@@ -1,0 +1,369 @@
+"""Planning and running a preset's runs.
+
+- planning: a preset's :class:`Section` (its plan, data and :class:`Job` per run) with each
+  job's state (done, resume, fresh or missing), read from its folder (:func:`job_state`);
+- ``status.json`` in each run's folder: what became of the run (``state``: finished,
+  diverged or failed; the error; the CPU it ran on, :func:`machine`);
+- running: :func:`run_jobs` runs the jobs not done yet, ``parallel`` at a time, each in its
+  own process (:func:`run_one`); the costliest algorithms (their registry entry's ``cost``,
+  in FedAvg runs) start first, so that parallel jobs finish together.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import redirect_stderr, redirect_stdout, suppress
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from fedretain.engines.round import DivergenceError
+from fedretain.errors import ConfigError, DataError, FedRetainError
+from fedretain.experiments.presets import PRESETS, Data, Plan, RunSpec
+from fedretain.experiments.privacy import PrivacyStudy, Study, study_args
+from fedretain.files import read_json, write_json
+from fedretain.recipe.config import Config, load_config, parse_value, toml_text
+from fedretain.registry import kind
+
+THREADS = 1  # torch threads of every run: runs go in parallel instead (--jobs)
+STATUS = "status.json"  # in each run's folder: what became of it (state, error, CPU)
+
+
+@dataclass
+class Job:
+    """One planned run of a preset: its config arguments, folder and state."""
+
+    preset: str
+    spec: RunSpec
+    args: list[str]  # KEY=VALUE, as `fedretain run` takes them
+    folder: Path
+    state: str  # done | resume | fresh | missing
+
+    @property
+    def resume(self) -> bool:
+        return self.state == "resume"
+
+
+@dataclass
+class Section:
+    """One preset of an invocation: its plan, data, folder and jobs."""
+
+    name: str
+    plan: Plan
+    data: Data
+    folder: Path
+    jobs: list[Job]
+    command: str
+
+
+# ------------------------------------------------------------------------------- planning
+
+
+def as_args(values: dict[str, Any]) -> list[str]:
+    """Flat config keys as ``KEY=VALUE`` arguments that ``load_config`` reads back as they are."""
+    out = []
+    for key, value in values.items():
+        if isinstance(value, str):
+            text = value if parse_value(value) == value else json.dumps(value)
+        else:
+            text = toml_text(value)
+        out.append(f"{key}={text}")
+    return out
+
+
+def resolve_data(paper: str, standin: str | None, data_dirs: list[str]) -> Data:
+    """The paper's dataset from ``--data-dir`` (``DIR`` or ``NAME=DIR``) or its default folder;
+    else the stand-in; else a :class:`Data` that says which files are missing."""
+    from fedretain.data.datasets import load_dataset
+
+    def samples(name: str, folder: str | None = None) -> int:
+        return len(load_dataset(name, folder).y_train)
+
+    named = dict(d.split("=", 1) for d in data_dirs if "=" in d)
+    folders = [named[paper]] if paper in named else [d for d in data_dirs if "=" not in d] + [""]
+    error = ""
+    for folder in folders:
+        try:
+            return Data(paper, folder, paper, samples=samples(paper, folder or None))
+        except (DataError, ConfigError) as e:
+            error = str(e)
+    if standin:
+        try:
+            note = f"{standin} stands in for {paper}: {error}"
+            return Data(standin, "", paper, note=note, samples=samples(standin))
+        except (DataError, ConfigError) as e:
+            error = f"{error}; the stand-in {standin} is missing too: {e}"
+    return Data(paper, "", paper, missing=error)
+
+
+def job_state(folder: Path, cfg: Config) -> str:
+    """``done`` (summary.json of at least the planned rounds, or of a run that diverged),
+    ``resume`` (a checkpoint to continue or extend) or ``fresh`` (a run that failed is tried
+    again); a ConfigError when the folder holds other settings."""
+    if (folder / "config.toml").is_file():
+        differ = changed_keys(folder, cfg)
+        if differ:
+            raise ConfigError(
+                f"{folder} holds a run with other settings ({', '.join(differ)}); delete it "
+                "or choose another --out"
+            )
+    checkpoint = (folder / "checkpoint" / "meta.json").is_file()
+    if read_status(folder).get("state") == "failed":
+        return "resume" if checkpoint else "fresh"  # tried again
+    if (folder / "summary.json").is_file():
+        summary = read_json(folder / "summary.json")
+        short = summary.get("rounds", 0) < cfg.rounds and "stopped" not in summary
+        return "resume" if short and checkpoint else "done"
+    return "resume" if checkpoint else "fresh"
+
+
+def changed_keys(folder: Path, cfg: Config) -> list[str]:
+    """The settings (those a resume may not change) in which ``folder``'s run differs."""
+    from fedretain.experiments.checkpoint import fingerprint
+    from fedretain.recipe.config import config_from_text
+
+    try:
+        old = fingerprint(config_from_text((folder / "config.toml").read_text()))
+    except FedRetainError:
+        return ["config.toml unreadable"]
+    new, defaults = fingerprint(cfg), fingerprint(Config())  # a newer key: its default
+    return sorted(k for k in set(old) | set(new) if old.get(k, defaults.get(k)) != new.get(k))
+
+
+def study_of(options: dict[str, Any]) -> Study:
+    """A preset's privacy-study options as :class:`Study` (a ConfigError names a bad one)."""
+    options = dict(options)
+    if "sigmas" in options:
+        options["sigmas"] = tuple(options["sigmas"])
+    try:
+        return Study(**options)
+    except TypeError as e:
+        raise ConfigError(f"bad privacy-study option in preset: {e}") from None
+
+
+def study_state(folder: Path) -> str:
+    """``done`` (privacy.json written) or ``resume`` (attacks or runs to reuse) or ``fresh``;
+    a study refuses a folder of other settings itself."""
+    if (folder / "privacy.json").is_file():
+        return "done"
+    return "resume" if folder.is_dir() and any(folder.iterdir()) else "fresh"
+
+
+def command_line(
+    name: str, out: Path, scale: str, seeds: int, data_dirs: list[str], extra: list[str]
+) -> str:
+    """The ``fedretain reproduce`` command line that plans the same section again."""
+    # NAME and the KEY=VALUE settings together: argparse reads one block of positionals
+    words = ["fedretain", "reproduce", name, *extra, "--out", str(out), "--scale", scale]
+    words += ["--seeds", str(seeds)]
+    for d in data_dirs:
+        words += ["--data-dir", d]
+    return shlex.join(words)
+
+
+def job_command(job: Job) -> str:
+    """The command line that runs one job by itself."""
+    if job.spec.study is not None:
+        words = ["fedretain", "privacy", *job.args, *study_args(study_of(job.spec.study))]
+    else:
+        words = ["fedretain", "run", *job.args]
+    return shlex.join([*words, "--out", str(job.folder)])
+
+
+def plan_section(
+    name: str,
+    folder: Path,
+    scale: str,
+    seeds: int | None,
+    data_dirs: list[str],
+    extra: list[str],
+    out: Path,
+    several: bool,
+) -> Section:
+    """Preset ``name``'s plan at ``scale`` into ``folder``: every run's settings checked and
+    its state read from its folder (``missing`` for every run when the data are missing)."""
+    entry = PRESETS.get(name)
+    data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs)
+    n = seeds or entry.meta["seeds"][scale]
+    plan = entry.factory(scale, list(range(n)), data)
+    jobs = []
+    for spec in plan.runs:
+        args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": THREADS})
+        args += extra
+        cfg = load_config(None, args)  # every setting checked before anything runs
+        run_folder = folder / spec.folder
+        if spec.study is not None:
+            study_of(spec.study)  # its options checked too
+            state = study_state(run_folder)
+        else:
+            state = job_state(run_folder, cfg)
+        state = "missing" if data.missing else state
+        jobs.append(Job(name, spec, args, run_folder, state))
+    command = command_line(name, out / name if several else out, scale, n, data_dirs, extra)
+    return Section(name, plan, data, folder, jobs, command)
+
+
+# ---------------------------------------------------------------------- status.json, CPU
+
+
+def read_status(folder: Path) -> dict[str, Any]:
+    """``folder``'s ``status.json`` ({} when absent or unreadable)."""
+    with suppress(OSError, ValueError):
+        status = read_json(folder / STATUS)
+        return status if isinstance(status, dict) else {}
+    return {}
+
+
+def machine() -> dict[str, Any]:
+    """This machine's CPU: ``cpu`` (its model name), ``avx512`` (True, False, or None where
+    unknown) and ``torch_cpu`` (the instruction set torch's kernels use: its float32 sums,
+    and so the numbers of a run, depend on it)."""
+    import torch
+
+    model, flags = "", None
+    with suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and flags is None:
+                flags = value.split()
+    return {
+        "cpu": model or platform.processor() or platform.machine() or "unknown CPU",
+        "avx512": None if flags is None else "avx512f" in flags,
+        "torch_cpu": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def cpu_text(info: dict[str, Any]) -> str:
+    """A CPU (as :func:`machine` describes it) in words."""
+    avx = {True: "AVX-512", False: "no AVX-512", None: "AVX-512 unknown"}[info.get("avx512")]
+    return f"{info.get('cpu', 'unknown CPU')} ({avx}; torch's kernels: {info.get('torch_cpu')})"
+
+
+# -------------------------------------------------------------------------------- running
+
+
+def run_one(
+    args: list[str], folder: str, resume: bool, study: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One run, or one privacy study (in this process or a worker): its output goes to
+    ``folder/run.log``; returns the line the progress shows."""
+    from fedretain.experiments.run import run_experiment
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "run.log", "a") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            cfg = load_config(None, args)
+            if study is not None:
+                result = PrivacyStudy(cfg, out, study_of(study)).run()
+                accs = ", ".join(
+                    f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items()
+                )
+                return {"line": f"σ* {result['sigma_matched']:g}; final {accs}"}
+            summary = run_experiment(cfg, out, progress=None, resume=resume)
+        except Exception:
+            traceback.print_exc(file=log)
+            raise
+    return {"line": f"{summary['final_accuracy']:.4f} ({summary['wall_seconds']:.1f} s)"}
+
+
+def one_line(e: BaseException) -> str:
+    """An error in one line: a fedretain error's message, else its type and message."""
+    text = " ".join(str(e).split())
+    return text if isinstance(e, FedRetainError) else f"{type(e).__name__}: {text}"
+
+
+def algorithm_of(job: Job) -> str:
+    """The algorithm a job's arguments name ("" where they name none)."""
+    return next((a.split("=", 1)[1] for a in reversed(job.args) if a.startswith("algorithm=")), "")
+
+
+def cost(algorithm: str) -> float:
+    """How long a run of ``algorithm`` takes, in FedAvg runs: its registry entry's ``cost``
+    (1.0 where the entry has none, or the name is no registered algorithm)."""
+    algorithms = kind("algorithm")
+    if algorithm not in algorithms:
+        return 1.0
+    return float(algorithms.get(algorithm).meta.get("cost", 1.0))
+
+
+def run_each(todo: list[Job], parallel: int) -> Iterator[tuple[Job, dict[str, Any] | Exception]]:
+    """Run ``todo``, ``parallel`` at a time (each in its own process; the costliest start
+    first); yield each job as it ends, with its :func:`run_one` result or its error."""
+
+    def call(job: Job) -> tuple[list[str], str, bool, dict[str, Any] | None]:
+        return job.args, str(job.folder), job.resume, job.spec.study
+
+    if parallel <= 1 or len(todo) <= 1:
+        for job in todo:
+            try:
+                yield job, run_one(*call(job))
+            except Exception as e:
+                yield job, e
+        return
+    todo = sorted(todo, key=lambda j: -cost(algorithm_of(j)))
+    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(run_one, *call(j)): j for j in todo}
+        for future in as_completed(futures):
+            try:
+                yield futures[future], future.result()
+            except Exception as e:
+                yield futures[future], e
+
+
+def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dict[Path, str]:
+    """Run the jobs not done yet, ``parallel`` at a time; returns folder -> error of the runs
+    that failed or diverged (the others go on). Each run's ``status.json`` records what
+    became of it."""
+    todo = [j for j in jobs if j.state in ("fresh", "resume")]
+    skipped = sum(j.state == "done" for j in jobs)
+    if skipped:
+        echo(f"{skipped} run(s) already finished: skipped")
+    errors: dict[Path, str] = {}
+    cpu = machine()
+    for job in todo:  # a status left by an earlier try no longer holds
+        (job.folder / STATUS).unlink(missing_ok=True)
+    for i, (job, result) in enumerate(run_each(todo, parallel), 1):
+        what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
+        what += f"seed {job.spec.seed}"
+        if isinstance(result, Exception):
+            state = "diverged" if isinstance(result, DivergenceError) else "failed"
+            errors[job.folder] = one_line(result)
+            write_json(job.folder / STATUS, {"state": state, "error": errors[job.folder], **cpu})
+            echo(f"{what}: {state}: {errors[job.folder]} (log: {job.folder / 'run.log'})")
+        else:
+            write_json(job.folder / STATUS, {"state": "finished", **cpu})
+            verb = "continued" if job.resume else "done" if job.spec.study else "final"
+            echo(f"{what}: {verb} {result['line']}")
+    return errors
+
+
+__all__ = [
+    "STATUS",
+    "THREADS",
+    "Job",
+    "Section",
+    "as_args",
+    "changed_keys",
+    "command_line",
+    "cost",
+    "cpu_text",
+    "job_command",
+    "job_state",
+    "machine",
+    "plan_section",
+    "read_status",
+    "resolve_data",
+    "run_jobs",
+    "run_one",
+    "study_of",
+    "study_state",
+]

@@ -40,7 +40,7 @@ from fedretain.errors import ConfigError, unknown_choice
 
 # kind -> the modules whose import registers its entries
 PROVIDERS: dict[str, tuple[str, ...]] = {
-    "algorithm": ("fedretain.algorithms",),
+    "algorithm": ("fedretain.algorithms", "fedretain.continual"),
     "dataset": ("fedretain.data.datasets",),
     "partition": ("fedretain.data.partition",),
     "model": ("fedretain.models", "fedretain.continual.zoo"),

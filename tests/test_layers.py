@@ -11,14 +11,25 @@ Layers, top to bottom (a module may import its own layer and those below it):
     core        the Algorithm bundle, local training, optimisers, trees, Task
     data | models | losses
     registry | files | errors
+
+Besides import statements, a call ``kind("X")`` (:func:`fedretain.registry.kind`, a string
+literal) imports the modules that register kind X's entries (``registry.PROVIDERS``): the
+calling module depends on each of them, and these lookups obey the layers as imports do.
+Cycles are looked for between modules and between packages (``fedretain.<package>``, an
+``__init__``'s imports included): importing any module of a package runs its ``__init__``
+first, so two packages that import each other form a cycle even where no two of their modules
+do. A package looking up its own kind is how a registry avoids a cycle at import time: such a
+lookup counts for the packages, not between its modules.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 import fedretain
+from fedretain.registry import PROVIDERS
 
 LAYERS = {
     "cli": 9,
@@ -66,6 +77,20 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
+def _lookups(name: str, path: Path, known: set[str]) -> set[str]:
+    """The provider modules of every kind ``name`` looks up with ``kind("X")``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func, arg = node.func, node.args[0]
+        named = isinstance(func, ast.Name) and func.id == "kind"
+        named |= isinstance(func, ast.Attribute) and func.attr == "kind"
+        if named and isinstance(arg, ast.Constant) and arg.value in PROVIDERS:
+            found |= set(PROVIDERS[arg.value])
+    return {m for m in found if m in known and m != name}
+
+
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     if parts[-1] in ("__main__", "app"):
@@ -73,7 +98,19 @@ def _layer(module: str) -> int | None:
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
 
 
+def _package(module: str) -> str:
+    """``fedretain.<package>`` of a module (a top-level module and an entrance: their own)."""
+    if module.split(".")[-1] in ("__main__", "app"):
+        return module
+    return ".".join(module.split(".")[:2])
+
+
 GRAPH = {m: _imports(m, p, set(_modules())) for m, p in _modules().items()}
+LOOKUPS = {m: _lookups(m, p, set(_modules())) for m, p in _modules().items()}
+# every dependency: imports, and lookups of a kind (whose providers the lookup imports)
+USES = {m: GRAPH[m] | LOOKUPS[m] for m in GRAPH}
+# between modules: imports, and lookups of another package's kind
+MODULE_GRAPH = {m: GRAPH[m] | {b for b in LOOKUPS[m] if _package(b) != _package(m)} for m in GRAPH}
 
 
 def test_every_subpackage_has_a_layer():
@@ -84,7 +121,7 @@ def test_every_subpackage_has_a_layer():
 def test_no_import_runs_up_the_layers():
     up = [
         f"{a} -> {b}"
-        for a, outs in GRAPH.items()
+        for a, outs in USES.items()
         for b in outs
         if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)
     ]
@@ -97,17 +134,56 @@ def test_no_import_cycle():
 
     def visit(module: str, path: list[str]) -> None:
         seen[module] = 1
-        for other in sorted(GRAPH[module]):
+        for other in sorted(MODULE_GRAPH[module]):
             if seen.get(other) == 1:
                 cycles.append(" -> ".join([*path[path.index(other) :], other]))
             elif other not in seen:
                 visit(other, [*path, other])
         seen[module] = 2
 
-    for module in sorted(GRAPH):
+    for module in sorted(MODULE_GRAPH):
         if module not in seen:
             visit(module, [module])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _package_cycles(uses: dict[str, set[str]]) -> list[str]:
+    """Every cycle between the packages of ``uses`` (module -> the modules it uses), each with
+    one module edge behind each of its package edges."""
+    packages: dict[str, set[str]] = {}
+    edge: dict[tuple[str, str], str] = {}
+    for a, outs in uses.items():
+        packages.setdefault(_package(a), set())
+        for b in outs:
+            if _package(b) != _package(a):
+                packages[_package(a)].add(_package(b))
+                edge.setdefault((_package(a), _package(b)), f"{a} -> {b}")
+    cycles = []
+    for start in sorted(packages):
+        path, todo = [start], [iter(sorted(packages[start]))]
+        while todo:  # every simple path from start through packages sorted after it
+            nxt = next(todo[-1], None)
+            if nxt is None:
+                path.pop()
+                todo.pop()
+            elif nxt == start:
+                found = [*path, start]
+                why = "; ".join(edge[e] for e in itertools.pairwise(found))
+                cycles.append(f"{' -> '.join(found)}  ({why})")
+            elif nxt > start and nxt not in path:
+                path.append(nxt)
+                todo.append(iter(sorted(packages.get(nxt, ()))))
+    return cycles
+
+
+def test_no_cycle_between_packages():
+    cycles = _package_cycles(USES)
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_every_provider_is_a_module():
+    missing = [f"{k}: {m}" for k, ms in PROVIDERS.items() for m in ms if m not in GRAPH]
+    assert not missing, "registry.PROVIDERS names no module:\n" + "\n".join(missing)
 
 
 def test_the_checker_sees_an_upward_import():
@@ -115,3 +191,15 @@ def test_the_checker_sees_an_upward_import():
     assert "fedretain.engines.round" in GRAPH["fedretain.engines.sequential"]
     assert _layer("fedretain.experiments.run") > _layer("fedretain.recipe.config")
     assert _layer("fedretain.flower.__main__") == 9
+    # kind("participation") in the aggregators loads the participation models
+    assert "fedretain.engines.schedule" in USES["fedretain.algorithms.aggregators"]
+    # a cycle through two packages' __init__ modules, where no two modules form one
+    two = {
+        "fedretain.a": {"fedretain.b.y"},
+        "fedretain.b.y": {"fedretain.a.x"},
+        "fedretain.a.x": set(),
+    }
+    assert _package_cycles(two) == [
+        "fedretain.a -> fedretain.b -> fedretain.a  "
+        "(fedretain.a -> fedretain.b.y; fedretain.b.y -> fedretain.a.x)"
+    ]

@@ -5,6 +5,11 @@ and gets one line below. Hyper-parameters are the factory's keyword arguments
 (``algo.<name>=value`` on the command line); ``opt`` (the local optimiser) is supplied from the
 ``optimizer`` component of the config. A name that is a Python keyword takes a trailing
 underscore in the factory (``lambda_``) and none in configs (``algo.lambda``).
+
+The continual methods (FedCIL, FedLwF-2T) register themselves from :mod:`fedretain.continual`;
+``fedretain.registry.kind("algorithm")`` loads both packages, this one first.
+An entry's ``cost`` is its run time relative to FedAvg's (1 when not given), so that a batch of
+runs can start the slow ones first.
 """
 
 from __future__ import annotations
@@ -26,8 +31,6 @@ from fedretain.algorithms.mimelite import mimelite
 from fedretain.algorithms.moon import moon
 from fedretain.algorithms.scaffold import scaffold
 from fedretain.algorithms.sgd import sgd
-from fedretain.continual.fedcil import fedcil
-from fedretain.continual.fedlwf import fedlwf2t
 from fedretain.core.algorithm import Algorithm
 from fedretain.core.optim import Optimizer, ServerOptimizer
 from fedretain.errors import ConfigError
@@ -38,7 +41,8 @@ from fedretain.registry import Registry
 # (``server_opt``/``aggregator`` in the signature: the algorithm's server step is a model update
 # that composes with them, :mod:`fedretain.algorithms.server`; ``server_step=why`` says why one
 # without them keeps its own)
-# (``model`` and ``rounds_per_task``: supplied by a continual federation to the continual methods)
+# (``model`` and ``rounds_per_task``: supplied by a continual federation to the algorithms that
+# take them)
 ALGORITHMS = Registry(
     "algorithm",
     internal=("opt", "penalty", "correct", "server_opt", "aggregator", "model", "rounds_per_task"),
@@ -60,7 +64,13 @@ _add(
     server_step="it is fedprox with server_opt=sgd server_opt.momentum=beta",
 )
 _MIFA = "its server averages a table of every client's latest update"
-_add("mifa", mifa, "server averages every client's latest update (Gu 2021)", server_step=_MIFA)
+_add(
+    "mifa",
+    mifa,
+    "server averages every client's latest update (Gu 2021)",
+    server_step=_MIFA,
+    cost=1.5,
+)
 _add("mifam", mifam, "MIFA with server momentum", server_step=_MIFA)
 _QP = "its server projects its momentum with GradMA's QP"
 _add(
@@ -68,12 +78,14 @@ _add(
     gradma,
     "QP-corrected local steps and server momentum with memory (Luo 2023)",
     server_step=_QP,
+    cost=8.0,
 )
 _add(
     "gradma-w",
     gradma_w,
     "GradMA's worker side only, FedAvg server",
     server_step="its uplink is the update d, averaged as GradMA's server does",
+    cost=7.0,
 )
 _add("gradma-s", gradma_s, "GradMA's server side only, FedAvg workers", server_step=_QP)
 _add(
@@ -93,6 +105,7 @@ _add(
             "(float32's range) or float32",
         )
     },
+    cost=2.0,
 )
 _add(
     "feddyn",
@@ -112,31 +125,14 @@ _add(
         )
     },
 )
-_add("fedreg", fedreg, "pseudo-data regularised local steps; mg: MG (Xu 2022)")
+_add("fedreg", fedreg, "pseudo-data regularised local steps; mg: MG (Xu 2022)", cost=6.0)
 _add("mimelite", mimelite, "server momentum in local steps (Karimireddy 2021)")
 _add("fedmlb", fedmlb, "hybrid paths through frozen global blocks (Kim 2022)")
-_CONTINUAL = {
-    "scenario": (bool, "it learns a sequence of tasks: set scenario=class_incremental"),
-    "model": (lambda m: m == "acgan", "it trains an ACGAN: set model=acgan"),
-}
-_add(
-    "fedcil",
-    fedcil,
-    "ACGAN replay, server consolidation, client consistency (Qi 2023); continual only",
-    requires=_CONTINUAL,
-    server_step="its server consolidates the merged ACGAN on generated samples (FedCIL eq. 10)",
-)
-_add(
-    "fedlwf2t",
-    fedlwf2t,
-    "distillation from the last-task model and the global model, T=2 (Usmanova 2021); "
-    "continual only",
-    requires={"scenario": _CONTINUAL["scenario"]},
-)
 
 
 def continual_only() -> tuple[str, ...]:
-    """The algorithms that run only in a continual scenario (they require ``scenario``)."""
+    """The registered algorithms that run only in a continual scenario (they require
+    ``scenario``)."""
     return tuple(n for n, e in ALGORITHMS.items() if "scenario" in e.meta.get("requires", {}))
 
 
@@ -157,7 +153,8 @@ def build_algorithm(
 ) -> Algorithm:
     """Build a registered algorithm; unknown names and bad values give a one-line error.
     ``server_opt`` and ``aggregator`` go to algorithms whose server step takes them; ``model``
-    and ``rounds_per_task`` (a continual scenario's) to the continual methods."""
+    and ``rounds_per_task`` (a continual scenario's) to those that take them (the continual
+    methods, registered once :mod:`fedretain.continual` is imported)."""
     server = {"server_opt": server_opt, "aggregator": aggregator}
     supplied = {k: v for k, v in server.items() if v is not None}
     check_server_side(name, list(supplied))

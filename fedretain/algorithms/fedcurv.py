@@ -182,6 +182,7 @@ def fedcurv(
             "weighted": weighted,
             "fisher_chunk": fisher_chunk,
         },
+        reads_data_outside_step=True,  # the uplink's Fisher information, in local_final
     )
 
 

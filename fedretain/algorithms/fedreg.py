@@ -54,7 +54,7 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``): Fe
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
@@ -159,6 +159,41 @@ def pseudo_and_perturbed(
     logits, _ = task.forward(params, buffers, x_s, train=False)
     y_s = torch.softmax(logits, dim=-1).detach()
     return x_s, y_s, x_p
+
+
+@dataclass(frozen=True)
+class PseudoData:
+    """How FedReg makes pseudo data: ``steps`` sign steps of size ``eta_s`` up the loss
+    (``eta_p``: its perturbed data's, made alongside), soft labels from the model they start
+    from. The defaults are FedReg's."""
+
+    eta_s: float = 0.2
+    eta_p: float = 0.002
+    steps: int = 10
+
+    def __call__(
+        self, task: Task, params: Tree, buffers: Tree, batch: Batch
+    ) -> tuple[Tensor, Tensor]:
+        """Pseudo inputs and their soft labels for the rows of ``batch`` under the model
+        ``(params, buffers)``."""
+        x_s, y_s, _ = pseudo_and_perturbed(
+            task, params, buffers, batch, self.eta_s, self.eta_p, int(self.steps)
+        )
+        return x_s, y_s
+
+
+@dataclass(frozen=True)
+class FedReg(Algorithm):
+    """FedReg's :class:`~fedretain.core.algorithm.Algorithm`, which also says how it makes
+    its pseudo data (``pseudo``)."""
+
+    pseudo: PseudoData = PseudoData()
+
+
+def pseudo_data(algorithm: Algorithm) -> PseudoData:
+    """The pseudo data ``algorithm`` makes if it is FedReg (kept by transformations of it);
+    otherwise FedReg's defaults."""
+    return algorithm.pseudo if isinstance(algorithm, FedReg) else PseudoData()
 
 
 def regularised_step(
@@ -285,7 +320,7 @@ def fedreg(
             mg=mg,
         )
 
-    return replace(
+    algorithm = replace(
         base,
         name="fedreg",
         local_init=local_init,
@@ -300,5 +335,9 @@ def fedreg(
             "clamp": clamp,
             "weighted": weighted,
         },
-        pseudo_data={"eta_s": eta_s, "eta_p": eta_p, "steps": steps},
+        reads_data_outside_step=True,  # the pseudo and perturbed data, in local_init
+    )
+    return FedReg(
+        **{f.name: getattr(algorithm, f.name) for f in fields(algorithm)},
+        pseudo=PseudoData(eta_s, eta_p, steps),
     )

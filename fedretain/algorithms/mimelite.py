@@ -96,4 +96,5 @@ def mimelite(
         downlink_keys=("x", "m", "buffers"),
         uplink_keys=("y", "grad", "buffers"),
         hparams={"beta": beta, "weighted": weighted},
+        reads_data_outside_step=True,  # the full gradient, in local_final
     )

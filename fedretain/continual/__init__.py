@@ -21,10 +21,35 @@ every class that any client has seen so far.
 - the methods: :mod:`~fedretain.continual.replay` (``replay=acgan``: FedAvg/FedProx+ACGAN),
   :mod:`~fedretain.continual.dgr` (``replay=dgr``: FedAvg/FedProx+DGR),
   :mod:`~fedretain.continual.fedlwf` (``algorithm=fedlwf2t``) and
-  :mod:`~fedretain.continual.fedcil` (``algorithm=fedcil``).
+  :mod:`~fedretain.continual.fedcil` (``algorithm=fedcil``); the two algorithms are registered
+  below, in the algorithm registry (:data:`fedretain.algorithms.ALGORITHMS`), and run only in a
+  continual scenario (they require ``scenario``).
 
 The run's side (task switches, evaluation on the seen classes, the accuracy matrix, average
 forgetting and backward transfer) is :mod:`fedretain.experiments.continual`; the generator's
 FID over the rounds is ``diagnostics=generator_quality``
 (:mod:`fedretain.experiments.generator_quality`).
 """
+
+from fedretain.algorithms import ALGORITHMS
+from fedretain.continual.fedcil import fedcil
+from fedretain.continual.fedlwf import fedlwf2t
+
+_CONTINUAL = {
+    "scenario": (bool, "it learns a sequence of tasks: set scenario=class_incremental"),
+    "model": (lambda m: m == "acgan", "it trains an ACGAN: set model=acgan"),
+}
+ALGORITHMS.add(
+    "fedcil",
+    fedcil,
+    "ACGAN replay, server consolidation, client consistency (Qi 2023); continual only",
+    requires=_CONTINUAL,
+    server_step="its server consolidates the merged ACGAN on generated samples (FedCIL eq. 10)",
+)
+ALGORITHMS.add(
+    "fedlwf2t",
+    fedlwf2t,
+    "distillation from the last-task model and the global model, T=2 (Usmanova 2021); "
+    "continual only",
+    requires={"scenario": _CONTINUAL["scenario"]},
+)

@@ -54,7 +54,6 @@ import torch
 from torch import Tensor
 
 from fedretain.continual.acgan import discriminator_loss, generator_loss, to_unit
-from fedretain.continual.scenario import scenario_of
 from fedretain.continual.zoo import ACGAN
 from fedretain.core.algorithm import Algorithm, ClientContext, LocalStepFn
 from fedretain.core.local import LocalRule, advance
@@ -292,23 +291,23 @@ REPLAYS.add(
 
 
 def replay_of(
-    cfg: Any,
+    name: str,
+    params: dict[str, Any],
     algorithm: Algorithm,
+    rounds_per_task: int | None,
     input_shape: tuple[int, ...] = (),
     num_classes: int = 0,
 ) -> Algorithm:
-    """The config's replay applied to ``algorithm`` (unchanged without one); ``input_shape``
-    and ``num_classes`` are the dataset's (for a replay with a GAN of its own)."""
-    if not cfg.replay:
+    """Replay ``name`` with its config parameters ``params`` (``replay.*``) applied to
+    ``algorithm`` (unchanged for an empty name); ``rounds_per_task`` is the continual
+    scenario's (None: no scenario, refused), ``input_shape`` and ``num_classes`` the dataset's
+    (for a replay with a GAN of its own)."""
+    if not name:
         return algorithm
-    scenario = scenario_of(cfg)
-    if scenario is None:
-        raise ConfigError(f"replay={cfg.replay} needs a continual scenario: set scenario=...")
+    if rounds_per_task is None:
+        raise ConfigError(f"replay={name} needs a continual scenario: set scenario=...")
     registry = kind("replay")
-    supplied: dict[str, Any] = {
-        "algorithm": algorithm,
-        "rounds_per_task": scenario.rounds_per_task,
-    }
-    if registry.takes(cfg.replay, "input_shape"):
+    supplied: dict[str, Any] = {"algorithm": algorithm, "rounds_per_task": rounds_per_task}
+    if registry.takes(name, "input_shape"):
         supplied.update(input_shape=tuple(input_shape), num_classes=num_classes)
-    return registry.build(cfg.replay, cfg.replay_params, prefix="replay", **supplied)
+    return registry.build(name, params, prefix="replay", **supplied)

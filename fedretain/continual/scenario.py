@@ -169,19 +169,19 @@ class ContinualData:
 SCENARIOS = Registry("scenario")
 
 
-def scenario_of(cfg: Any) -> ClassIncremental | None:
-    """The config's scenario (None without one); ``cfg`` is a
-    :class:`~fedretain.recipe.config.Config`."""
-    if not cfg.scenario:
+def scenario_of(name: str, params: dict[str, Any]) -> ClassIncremental | None:
+    """Scenario ``name`` with its config parameters ``params`` (``scenario.*``); None for an
+    empty name (no scenario)."""
+    if not name:
         return None
-    return SCENARIOS.build(cfg.scenario, cfg.scenario_params, prefix="scenario")
+    return SCENARIOS.build(name, params, prefix="scenario")
 
 
 def _check(cfg: Any) -> None:
     """What a class-incremental run needs from the rest of the config. With ``scenario.order``
     it sets ``scenario.tasks`` and ``scenario.classes_per_task`` from the order, so that the
     resolved config (``config.toml``) states them."""
-    s = scenario_of(cfg)
+    s = scenario_of(cfg.scenario, cfg.scenario_params)
     assert s is not None
     given = cfg.scenario_params
     if s.order is not None:

@@ -83,7 +83,10 @@ class Algorithm:
 
     ``local_rule`` (:class:`~fedretain.core.local.LocalRule`, set by ``fedavg``) records the
     optimiser and hooks ``local_step`` was built from, for transformations of the local step;
-    None when the algorithm's local step is its own.
+    None when the algorithm's local step is its own. ``reads_data_outside_step`` is True for
+    an algorithm whose ``local_init`` or ``local_final`` reads the client's training data (a
+    full gradient, a Fisher information): a transformation of the local step alone does not
+    cover what it sends.
     """
 
     name: str
@@ -99,10 +102,10 @@ class Algorithm:
     schedule: str = "minibatch"
     vectorisable: bool = True
     hparams: dict[str, Any] = field(default_factory=dict)
-    # FedReg-style pseudo-data settings (eta_s, eta_p, steps) the algorithm generates with; the
-    # forgetting diagnostics' Fisher correlation uses them (None: the diagnostic's defaults)
-    pseudo_data: dict[str, float] | None = None
     local_rule: Any = None  # a fedretain.core.local.LocalRule, or None
+    # whether a function other than ``local_step`` reads the client's training data
+    # (``ctx.data``), so that what leaves the client depends on it beyond the local steps
+    reads_data_outside_step: bool = False
     # why ``vectorisable`` is False, when a transformation keeping the name made it so
     sequential_because: str = ""
 

@@ -1,7 +1,9 @@
 """Engines: how a round's clients are trained. The round itself is :mod:`.round`.
 
-A new engine goes in ``fedretain/engines/<name>.py`` as a class with ``train(rounds,
-open_round)`` (see :class:`~fedretain.engines.round.Engine`) and a factory
+A new engine goes in ``fedretain/engines/<name>.py`` as a class with ``train(work)``, which
+turns a round's :class:`~fedretain.engines.round.Work` into
+:class:`~fedretain.engines.round.Trained` results (see
+:class:`~fedretain.engines.round.Engine`), and a factory
 ``<name>(fed, **options)`` taking the federation (:mod:`fedretain.recipe`) and its options
 (``engine.<option>=value``), plus one line below.
 """

@@ -141,16 +141,27 @@ def train_client(
     return ClientUpdate(uplink, new_state, torch.stack(losses).mean(), state)
 
 
+class Dropped(NamedTuple):
+    """A client of the round without a usable update, and why: ``diverged`` (it reported
+    NaN/Inf), ``lost`` (it got the downlink, no usable reply came back) or ``unreached`` (no
+    message reached it). Local engines drop nobody: the round checks their updates itself."""
+
+    why: str
+    kind: str  # diverged | lost | unreached
+
+    @property
+    def got_downlink(self) -> bool:
+        return self.kind != "unreached"
+
+
 @dataclass
 class Trained:
     """What an engine returns for some of a round's clients, in the round's order.
 
     ``uplinks``, ``losses``, ``states`` and ``models`` are stacked on a leading axis, one row
-    per client of ``clients``. ``states`` is None when the clients keep their own states
-    (Flower: ``holds`` then says which clients hold one); ``models`` (``params``/``buffers``)
-    only when the round keeps local models. Clients that got the downlink but have no usable
-    update are in ``diverged`` (NaN/Inf, with the reason) or ``lost`` (no reply); clients no
-    message reached are in ``unreached``.
+    per client of ``clients``. ``states`` is None when the clients keep their own states (an
+    engine with its own store: Flower's); ``models`` (``params``/``buffers``) only when the
+    round keeps local models. ``dropped``: the clients without a usable update.
     """
 
     clients: list[int]
@@ -158,10 +169,7 @@ class Trained:
     losses: Tensor | None = None
     states: Tree | None = None
     models: Tree | None = None
-    holds: list[bool] | None = None
-    diverged: dict[int, str] = field(default_factory=dict)
-    lost: dict[int, str] = field(default_factory=dict)
-    unreached: dict[int, str] = field(default_factory=dict)
+    dropped: dict[int, Dropped] = field(default_factory=dict)
 
     @classmethod
     def one(cls, cid: int, update: ClientUpdate, keep_model: bool = False) -> Trained:
@@ -211,31 +219,88 @@ def stacked_rows(tree: Tree) -> int:
     return int(first[0].shape[0]) if first else 0
 
 
-@dataclass
-class OpenRound:
-    """A round in progress: its info, the downlink, and what has been collected so far."""
+def stored_state(store: ClientStore, cid: int) -> Tree | None:
+    """Client ``cid``'s kept state, or None (asked with ``in`` first: a remote store's
+    lookup is a message to the client's node)."""
+    if cid in store:
+        return store[cid]
+    return None
 
+
+def client_state(algorithm: Algorithm, stored: Tree | None, downlink: Tree) -> Tree:
+    """The state a client trains from: the one it kept, or ``client_init`` at its first
+    participation (the rule of every engine and of Flower's ClientApp)."""
+    return stored if stored else algorithm.client_init(downlink["x"])
+
+
+def keeps_old_state(new_state: Tree) -> bool:
+    """Whether a client keeps its old state after a round: when the algorithm returns an
+    empty new one (the rule of every engine and of Flower's ClientApp)."""
+    return not new_state
+
+
+@dataclass
+class Work:
+    """A round's clients as an engine gets them (the shape of fedjax's ``for_each_client``):
+    what the clients share (the algorithm, the task, the round's info and downlink) and, for
+    each client of ``info.clients``, its state, data and mini-batch plan (:meth:`inputs`).
+
+    An engine turns the work into :class:`Trained` results covering the clients in their
+    order; it reads nothing else of the run and writes nothing back: the round does that
+    (:meth:`Rounds.collect`), filling ``kept`` with the clients whose update it kept."""
+
+    algorithm: Algorithm
+    task: Task
     info: RoundInfo
     downlink: Tree
-    keep_models: bool
+    clients: Clients
+    store: ClientStore  # the clients' kept states, read here only
+    keep_models: bool = False
+    kept: list[int] = field(default_factory=list)
+
+    def state(self, cid: int) -> Tree:
+        """Client ``cid``'s state to train from (:func:`client_state`)."""
+        return client_state(self.algorithm, stored_state(self.store, cid), self.downlink)
+
+    def inputs(self, cid: int) -> tuple[Tree, Batch, list[np.ndarray]]:
+        """Client ``cid``'s state, whole data and seeded mini-batch plan for the round."""
+        clients = self.clients
+        return self.state(cid), clients.data(cid), clients.plan(cid, self.info, self.algorithm)
+
+
+@dataclass
+class OpenRound:
+    """A round in progress: the engine's work, and what has been collected so far."""
+
+    work: Work
     stack: UplinkStack
     losses: list[float] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)
     lost: int = 0
     models: dict[int, tuple[Tree, Tree]] = field(default_factory=dict)
 
+    @property
+    def info(self) -> RoundInfo:
+        return self.work.info
+
+    @property
+    def downlink(self) -> Tree:
+        return self.work.downlink
+
+    @property
+    def kept(self) -> list[int]:
+        return self.work.kept
+
 
 class Engine(Protocol):
-    """How a round's clients are trained: ``train(rounds, open_round)`` yields
-    :class:`Trained` results covering the round's clients, in the round's order. Client
-    states come from ``rounds.client_state(cid, downlink)``. An engine may bring its own client
-    store (``store``, Flower's remote one) and may lose replies (``remote``)."""
+    """How a round's clients are trained: ``train(work)`` yields :class:`Trained` results
+    covering the clients of :class:`Work`, in the round's order. An engine may bring its own
+    client store (``store``, Flower's remote one) and may lose replies (``remote``)."""
 
     name: str
     store: ClientStore | None
     remote: bool
 
-    def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]: ...
+    def train(self, work: Work) -> Iterator[Trained]: ...
 
     def close(self) -> None:
         """Release what the engine started (Flower's simulation); the run calls it at its end."""
@@ -284,10 +349,8 @@ class Rounds:
         return self.clients.device
 
     def client_state(self, cid: int, downlink: Tree) -> Tree:
-        """The client's persistent state, initialised at its first participation."""
-        if cid in self.store:
-            return self.store[cid]
-        return self.algorithm.client_init(downlink["x"])
+        """The client's state to train from (:func:`client_state`)."""
+        return client_state(self.algorithm, stored_state(self.store, cid), downlink)
 
     def run_round(
         self,
@@ -301,7 +364,7 @@ class Rounds:
         opened = self.open(server_state, rnd, lr, per_round, clients)
         if opened is None:  # nobody reachable: the global model stays
             return server_state, self.empty_metrics()
-        for trained in self.engine.train(self, opened):
+        for trained in self.engine.train(opened.work):
             self.collect(opened, trained)
         return self.close(server_state, opened)
 
@@ -333,20 +396,31 @@ class Rounds:
         )
         downlink = self.algorithm.broadcast(server_state, info)
         self.check_payload(downlink, self.algorithm.downlink_keys, "downlink")
-        return OpenRound(info, downlink, self.keep_local_models, UplinkStack(len(info.clients)))
+        work = Work(
+            self.algorithm,
+            self.task,
+            info,
+            downlink,
+            self.clients,
+            self.store,
+            self.keep_local_models,
+        )
+        return OpenRound(work, UplinkStack(len(info.clients)))
 
     def collect(self, rnd: OpenRound, trained: Trained) -> None:
         """Account for one engine result: ledger, divergence policy, store, stack."""
         info, algo = rnd.info, self.algorithm
-        for cid in [*trained.clients, *trained.diverged, *trained.lost]:
+        dropped = trained.dropped
+        for cid in [*trained.clients, *(c for c, d in dropped.items() if d.got_downlink)]:
             self.ledger.record(cid, "down", rnd.downlink)
-        for cid, why in sorted({**trained.lost, **trained.unreached}.items()):
-            self.ledger.record_lost(cid)
-            rnd.lost += 1
-            log.warning("round %d: lost the reply of client %d: %s", info.round + 1, cid, why)
-        for why in trained.diverged.values():
-            if self.on_divergence != "skip":
-                raise DivergenceError(why)
+        for cid, d in sorted(dropped.items()):
+            if d.kind != "diverged":
+                self.ledger.record_lost(cid)
+                rnd.lost += 1
+                log.warning("round %d: lost the reply of client %d: %s", info.round + 1, cid, d.why)
+        for d in dropped.values():
+            if d.kind == "diverged" and self.on_divergence != "skip":
+                raise DivergenceError(d.why)
         if not trained.clients:
             return
         assert trained.uplinks is not None and trained.losses is not None
@@ -363,11 +437,9 @@ class Rounds:
             self.ledger.record(cid, "up", tree_map(lambda v, k=k: v[k], trained.uplinks))
             if trained.states is not None:
                 state = tree_map(lambda v, k=k: v[k], trained.states)
-                if state:
+                if not keeps_old_state(state):
                     self.store.put(cid, state)
-            elif trained.holds is not None:
-                self.store.reported(cid, trained.holds[k])  # type: ignore[attr-defined]
-            if rnd.keep_models:
+            if rnd.work.keep_models:
                 if trained.models is None:
                     raise FedRetainError(
                         f"{algo.name} keeps no 'params' in its local state, which forgetting "

@@ -25,25 +25,16 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
-import numpy as np
 import torch
 from torch import nn
 
-from fedretain.core.task import Batch
-from fedretain.core.tree import Tree
-from fedretain.engines.round import ClientUpdate, OpenRound, Rounds, Trained, train_client
+from fedretain.engines.round import ClientUpdate, Trained, Work, train_client
 from fedretain.errors import ConfigError
 
 
 def draws_random_numbers(model: nn.Module) -> bool:
     """Whether ``model`` draws from torch's global generator in training (dropout)."""
     return any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
-
-
-def _inputs(rounds: Rounds, rnd: OpenRound, cid: int) -> tuple[Tree, Batch, list[np.ndarray]]:
-    """Client ``cid``'s state, data and mini-batch plan for the round."""
-    state, data = rounds.client_state(cid, rnd.downlink), rounds.clients.data(cid)
-    return state, data, rounds.clients.plan(cid, rnd.info, rounds.algorithm)
 
 
 class SequentialEngine:
@@ -59,23 +50,18 @@ class SequentialEngine:
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()  # each worker thread's copy of the task
 
-    def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
+    def train(self, work: Work) -> Iterator[Trained]:
         if self.workers > 1:
-            yield from self._train_on_threads(rounds, rnd)
+            yield from self._train_on_threads(work)
             return
-        for cid in rnd.info.clients:
+        for cid in work.info.clients:
             update = train_client(
-                rounds.algorithm,
-                rounds.task,
-                rnd.downlink,
-                *_inputs(rounds, rnd, cid),
-                rnd.info,
-                cid,
+                work.algorithm, work.task, work.downlink, *work.inputs(cid), work.info, cid
             )
-            yield Trained.one(cid, update, rnd.keep_models)
+            yield Trained.one(cid, update, work.keep_models)
 
-    def _train_on_threads(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
-        if draws_random_numbers(rounds.task.model):
+    def _train_on_threads(self, work: Work) -> Iterator[Trained]:
+        if draws_random_numbers(work.task.model):
             raise ConfigError(
                 "engine.workers > 1: the model draws random numbers in training (dropout), "
                 "which threads would draw in a timing-dependent order; set engine.workers=1"
@@ -88,24 +74,24 @@ class SequentialEngine:
         def run(cid: int, inputs: tuple) -> ClientUpdate:
             torch.set_num_threads(1)  # this thread's OpenMP setting, not only the global one
             local = self._local.__dict__
-            if local.get("source") is not rounds.task:  # this thread's own copy of the model
-                local["source"] = rounds.task
-                local["task"] = replace(rounds.task, model=copy.deepcopy(rounds.task.model))
+            if local.get("source") is not work.task:  # this thread's own copy of the model
+                local["source"] = work.task
+                local["task"] = replace(work.task, model=copy.deepcopy(work.task.model))
             return train_client(
-                rounds.algorithm, local["task"], rnd.downlink, *inputs, rnd.info, cid
+                work.algorithm, local["task"], work.downlink, *inputs, work.info, cid
             )
 
         pending: deque[tuple[int, Future[ClientUpdate]]] = deque()
         try:
-            for cid in rnd.info.clients:
-                inputs = _inputs(rounds, rnd, cid)  # the store is read by the main thread only
+            for cid in work.info.clients:
+                inputs = work.inputs(cid)  # the store is read by the main thread only
                 pending.append((cid, self._pool.submit(run, cid, inputs)))
                 if len(pending) >= 2 * self.workers:
                     done, future = pending.popleft()
-                    yield Trained.one(done, future.result(), rnd.keep_models)
+                    yield Trained.one(done, future.result(), work.keep_models)
             while pending:
                 done, future = pending.popleft()
-                yield Trained.one(done, future.result(), rnd.keep_models)
+                yield Trained.one(done, future.result(), work.keep_models)
         finally:
             for _, future in pending:
                 future.cancel()

@@ -38,7 +38,7 @@ from torch.nn.utils.rnn import pad_sequence
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, tree_map, tree_stack
-from fedretain.engines.round import Clients, OpenRound, Rounds, Trained, local_model
+from fedretain.engines.round import Clients, Trained, Work, local_model
 from fedretain.engines.sequential import SequentialEngine
 
 
@@ -94,11 +94,11 @@ class VmapEngine:
         per_client = 8 * sum(p.numel() * p.element_size() for p in model.parameters())
         return int(max(1, min(num, (1 << 30) // max(per_client, 1))))
 
-    def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
-        size = self.chunk_size(len(rnd.info.clients))
-        for start in range(0, len(rnd.info.clients), size):
-            cids = list(rnd.info.clients[start : start + size])
-            yield self.train_chunk(rounds, rnd, cids)
+    def train(self, work: Work) -> Iterator[Trained]:
+        size = self.chunk_size(len(work.info.clients))
+        for start in range(0, len(work.info.clients), size):
+            cids = list(work.info.clients[start : start + size])
+            yield self.train_chunk(work, cids)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -194,14 +194,14 @@ class VmapEngine:
         self._step_fns = (algo, vstep, vmasked)
         return vstep, vmasked
 
-    def train_chunk(self, rounds: Rounds, rnd: OpenRound, cids: list[int]) -> Trained:
+    def train_chunk(self, work: Work, cids: list[int]) -> Trained:
         """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states
         and, when the round keeps them, the stacked local models."""
-        algo, task, clients, info = rounds.algorithm, self.vtask, rounds.clients, rnd.info
-        downlink = rnd.downlink
+        algo, task, clients, info = work.algorithm, self.vtask, work.clients, work.info
+        downlink = work.downlink
         data = self._data(clients, cids, self._length(clients))
         idx, wts, live, all_live = self._plans(clients, algo, cids, info)
-        client_states = tree_stack([rounds.client_state(c, downlink) for c in cids])
+        client_states = tree_stack([work.state(c) for c in cids])
         sizes = torch.tensor([clients.size(c) for c in cids], device=clients.device)
 
         def ctx_of(num: Tensor, d: Tree) -> ClientContext:
@@ -232,7 +232,7 @@ class VmapEngine:
             uplinks=uplinks,
             losses=loss_sum / live.sum(dim=0),
             states=new_states,
-            models=local_model(state) if rnd.keep_models else None,
+            models=local_model(state) if work.keep_models else None,
         )
 
 

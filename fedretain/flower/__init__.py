@@ -36,7 +36,7 @@ _EXPORTS = {
     "AlgorithmStrategy": "strategy",
     "FlowerEngine": "engine",
     "RemoteStore": "store",
-    "Federation": "federation",
+    "SuperNodes": "federation",
     "connected": "federation",
     "FlowerSimulation": "simulation",
     "time_simulation": "simulation",

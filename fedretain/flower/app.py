@@ -35,7 +35,7 @@ def make_server_app() -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         from fedretain.errors import ConfigError
         from fedretain.experiments.run import run_experiment
-        from fedretain.flower.federation import Federation, connected, quick_object_pulls
+        from fedretain.flower.federation import SuperNodes, connected, quick_object_pulls
         from fedretain.recipe.config import config_from_text
 
         run_config = context.run_config
@@ -52,7 +52,7 @@ def make_server_app() -> ServerApp:
         log.setLevel(logging.INFO)
         try:
             # replies' objects retried after 20 ms, not Flower's 1 s: see quick_object_pulls
-            with connected(Federation(grid, client_threads=cfg.threads)), quick_object_pulls():
+            with connected(SuperNodes(grid, client_threads=cfg.threads)), quick_object_pulls():
                 resume = bool(run_config.get("resume", False))
                 summary = run_experiment(cfg, out, progress=False, resume=resume)
         finally:

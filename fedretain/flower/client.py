@@ -105,7 +105,7 @@ def _train(msg: Message, context: Context) -> Message:
     import torch
 
     from fedretain.core.tree import tree_allfinite
-    from fedretain.engines.round import diverged, train_client
+    from fedretain.engines.round import client_state, diverged, keeps_old_state, train_client
     from fedretain.flower.records import (
         payload_to_records,
         record_to_tree,
@@ -129,7 +129,7 @@ def _train(msg: Message, context: Context) -> Message:
     algorithm, clients = fed.algorithm, fed.clients_for_round(info.round)  # a continual task's
     downlink = records_to_payload(msg.content, algorithm.downlink_keys)
     stored = record_to_tree(committed)
-    state = stored or algorithm.client_init(downlink["x"])
+    state = client_state(algorithm, stored, downlink)
     # torch's RNG (dropout, random augmentations) seeded by (seed, round, client): the same run
     # gives the same numbers whichever process trains which client
     rng = np.random.SeedSequence([info.seed, RNG_STREAM, info.round, cid])
@@ -147,7 +147,7 @@ def _train(msg: Message, context: Context) -> Message:
     if not tree_allfinite({"loss": update.loss, **update.uplink}):
         reason = str(diverged(info.round, f"the update of client {cid}"))
         return Message(RecordDict({DIVERGED: diverged_record(cid, reason)}), reply_to=msg)
-    new_state = update.state or stored  # an empty new state keeps the old one
+    new_state = stored if keeps_old_state(update.state) else update.state
     context.state[NEXT] = tree_to_record(new_state)
     context.state[CLIENT]["next_round"] = info.round
     reply = Reply(cid, float(update.loss), clients.size(cid), bool(new_state))

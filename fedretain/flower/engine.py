@@ -42,10 +42,10 @@ import torch
 from flwr.app import Message, RecordDict
 
 from fedretain.core.tree import Tree, tree_map, tree_stack
-from fedretain.engines.round import OpenRound, Rounds, Trained
+from fedretain.engines.round import Dropped, Trained, Work
 from fedretain.flower.federation import (
-    Federation,
     NodeMap,
+    SuperNodes,
     current_federation,
     error_text,
     exchange,
@@ -90,10 +90,11 @@ class Sent:
     """A round's ``train`` messages: the round, what was sent to whom, and the clients no
     message could reach."""
 
-    round: OpenRound
+    round: Work
     messages: list[Message] = field(default_factory=list)
     clients: list[int] = field(default_factory=list)  # the client of each message
     unreached: dict[int, str] = field(default_factory=dict)  # client -> why
+    holds: dict[int, bool] = field(default_factory=dict)  # replied: whether it keeps a state
 
 
 class FlowerEngine:
@@ -116,7 +117,7 @@ class FlowerEngine:
         *,
         client_cpus: float = 1.0,
         reply_timeout: float = 300.0,
-        federation: Federation | None = None,
+        federation: SuperNodes | None = None,
         device: torch.device = CPU,
     ) -> None:
         if not client_cpus > 0:
@@ -145,7 +146,7 @@ class FlowerEngine:
     def connected(self) -> bool:
         return self.federation is not None and self.nodes is not None
 
-    def connect(self) -> Federation:
+    def connect(self) -> SuperNodes:
         """The federation, started (own simulation) and mapped (partition -> node) if needed."""
         if self.federation is not None and self.nodes is not None:
             return self.federation
@@ -167,7 +168,7 @@ class FlowerEngine:
         self.startup_seconds = time.perf_counter() - start
         return self.federation
 
-    def attach(self, federation: Federation) -> None:
+    def attach(self, federation: SuperNodes) -> None:
         """Use ``federation`` from now on (a Strategy's Grid), closing an own simulation."""
         if self.federation is None or self.federation.grid is not federation.grid:
             self.close()
@@ -188,24 +189,24 @@ class FlowerEngine:
 
     # ---- one round ------------------------------------------------------------------------
 
-    def train(self, rounds: Rounds, rnd: OpenRound) -> Iterator[Trained]:
+    def train(self, work: Work) -> Iterator[Trained]:
         """One ``train`` message per reachable client, the replies within the deadline, one
         result for the whole round."""
         federation = self.connect()
-        sent = self.messages(rnd, federation.client_threads)
+        sent = self.messages(work, federation.client_threads)
         replies = exchange(federation.grid, sent.messages, self.reply_timeout)
-        trained = self.decode(rounds, sent, replies)
+        trained = self.decode(sent, replies)
         yield trained
-        self.accept(rnd, trained)  # Rounds.collect has taken the result
+        self.accept(sent, trained)  # Rounds.collect has taken the result
 
-    def messages(self, rnd: OpenRound, threads: int = 0) -> Sent:
+    def messages(self, work: Work, threads: int = 0) -> Sent:
         """One ``train`` message per sampled client a SuperNode holds (nodes refreshed first)."""
         assert self.nodes is not None, "connect() first"
         self.nodes.refresh()
-        info = rnd.info
-        records = payload_to_records(rnd.downlink)  # encoded once, shared by every message
+        info = work.info
+        records = payload_to_records(work.downlink)  # encoded once, shared by every message
         nodes = self.nodes.nodes(info.clients)
-        sent = Sent(rnd)
+        sent = Sent(work)
         for cid in info.clients:
             if cid not in nodes:
                 sent.unreached[cid] = "no SuperNode holds its partition"
@@ -233,10 +234,11 @@ class FlowerEngine:
             sent.clients.append(cid)
         return sent
 
-    def decode(self, rounds: Rounds, sent: Sent, replies: Iterable[Message]) -> Trained:
-        """The replies as one result: uplinks and losses stacked in the round's order, which
-        clients keep a state, and the lost, unreached and diverged clients."""
-        uplink_keys = rounds.algorithm.uplink_keys
+    def decode(self, sent: Sent, replies: Iterable[Message]) -> Trained:
+        """The replies as one result: uplinks and losses stacked in the round's order, and the
+        lost, unreached and diverged clients (which clients keep a state: ``sent.holds``)."""
+        uplink_keys = sent.round.algorithm.uplink_keys
+        device = sent.round.clients.device
         lost: dict[int, str] = {}
         answers: dict[int, Message] = {}
         for cid, reply in by_client(sent.messages, sent.clients, replies):
@@ -245,7 +247,7 @@ class FlowerEngine:
             else:
                 answers[cid] = reply
         diverged: dict[int, str] = {}
-        uplinks, losses, holds, kept = [], [], [], []
+        uplinks, losses, kept = [], [], []
         for cid in sent.clients:  # the round's order
             if cid in lost:
                 continue
@@ -262,35 +264,38 @@ class FlowerEngine:
             except (KeyError, ValueError) as e:
                 lost[cid] = f"malformed reply ({e})"
                 continue
-            uplinks.append(tree_map(lambda v: v.to(rounds.device), uplink))
+            uplinks.append(tree_map(lambda v: v.to(device), uplink))
             losses.append(reply.loss)
-            holds.append(reply.has_state)
+            sent.holds[cid] = reply.has_state
             kept.append(cid)
         trained = Trained(
             clients=kept,
-            holds=holds,
-            diverged=diverged,
-            lost={c: lost[c] for c in sent.clients if c in lost},
-            unreached=dict(sent.unreached),
+            dropped={
+                **{c: Dropped(why, "diverged") for c, why in diverged.items()},
+                **{c: Dropped(lost[c], "lost") for c in sent.clients if c in lost},
+                **{c: Dropped(why, "unreached") for c, why in sent.unreached.items()},
+            },
         )
         if kept:
             trained.uplinks = tree_stack(uplinks)
-            trained.losses = torch.tensor(losses, dtype=torch.float32, device=rounds.device)
+            trained.losses = torch.tensor(losses, dtype=torch.float32, device=device)
         return trained
 
-    def accept(self, rnd: OpenRound, trained: Trained) -> None:
-        """After ``Rounds.collect``: the clients whose update the round kept commit their new
-        state at their next message."""
-        kept = set(rnd.kept)
+    def accept(self, sent: Sent, trained: Trained) -> None:
+        """After ``Rounds.collect``: the clients whose update the round kept hold their new
+        state (or none) and commit it at their next message."""
+        work = sent.round
+        kept = set(work.kept)
         for cid in trained.clients:
             if cid in kept:
-                self.accepted[cid] = rnd.info.round
+                self.accepted[cid] = work.info.round
+                self.store.reported(cid, sent.holds[cid])
         log.info(
             "round %d: %d of %d clients kept, %d replies lost",
-            rnd.info.round + 1,
+            work.info.round + 1,
             len(kept),
-            len(rnd.info.clients),
-            len(trained.lost) + len(trained.unreached),
+            len(work.info.clients),
+            sum(d.kind != "diverged" for d in trained.dropped.values()),
         )
 
     # ---- client states --------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Where the ClientApps are: a Flower ``Grid``, which node holds which partition, and
 message exchange with a deadline.
 
-A :class:`Federation` wraps the ``Grid`` a ServerApp receives (from Flower's simulation engine
-or from a SuperLink). Inside ``with connected(federation):`` a run's ``engine=flower``
-uses it instead of starting a simulation of its own: that is how the ServerApp of
+:class:`SuperNodes` wraps the ``Grid`` a ServerApp receives (from Flower's simulation engine
+or from a SuperLink), through which it reaches the nodes running the ClientApps. Inside
+``with connected(nodes):`` a run's ``engine=flower`` uses them instead of starting a simulation
+of its own: that is how the ServerApp of
 :mod:`fedretain.flower.app` runs an experiment on real SuperNodes, and how tests share one
 simulation between runs.
 """
@@ -40,19 +41,19 @@ class FederationError(FedRetainError):
 
 
 @dataclass
-class Federation:
-    """A Grid to reach the ClientApps, and the torch threads each ClientApp should use
-    (0: the node's default)."""
+class SuperNodes:
+    """The nodes running the ClientApps: a Grid to reach them, and the torch threads each
+    ClientApp should use (0: the node's default)."""
 
     grid: Grid
     client_threads: int = 0
 
 
-_CURRENT: ContextVar[Federation | None] = ContextVar("fedretain_flower_federation", default=None)
+_CURRENT: ContextVar[SuperNodes | None] = ContextVar("fedretain_flower_federation", default=None)
 
 
 @contextmanager
-def connected(federation: Federation) -> Iterator[Federation]:
+def connected(federation: SuperNodes) -> Iterator[SuperNodes]:
     """Within this block, ``engine=flower`` runs on ``federation``'s nodes."""
     token = _CURRENT.set(federation)
     try:
@@ -61,8 +62,8 @@ def connected(federation: Federation) -> Iterator[Federation]:
         _CURRENT.reset(token)
 
 
-def current_federation() -> Federation | None:
-    """The federation of the enclosing :func:`connected` block, if any."""
+def current_federation() -> SuperNodes | None:
+    """The nodes of the enclosing :func:`connected` block, if any."""
     return _CURRENT.get()
 
 
@@ -216,9 +217,9 @@ class NodeMap:
 
 
 __all__ = [
-    "Federation",
     "FederationError",
     "NodeMap",
+    "SuperNodes",
     "connected",
     "current_federation",
     "error_text",

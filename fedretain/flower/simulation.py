@@ -30,7 +30,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedretain.errors import FedRetainError
-from fedretain.flower.federation import Federation
+from fedretain.flower.federation import SuperNodes
 from fedretain.flower.processes import tree_rss_kb
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class FlowerSimulation:
         self.client_app = client_app
         self.verbose = verbose
         self.start_timeout = start_timeout
-        self.federation: Federation | None = None
+        self.federation: SuperNodes | None = None
         self.startup_seconds = 0.0
         self._thread: threading.Thread | None = None
         self._grids: queue.Queue[Grid] = queue.Queue()
@@ -118,7 +118,7 @@ class FlowerSimulation:
         except BaseException as e:  # reported by start() or close()
             self._error = e
 
-    def start(self) -> Federation:
+    def start(self) -> SuperNodes:
         """Start Ray and the SuperNodes; returns the federation once the Grid is up."""
         if self.federation is not None:
             return self.federation
@@ -151,7 +151,7 @@ class FlowerSimulation:
                     why = f": {self._error}" if self._error else ""
                     raise FedRetainError(f"Flower's simulation engine did not start{why}") from None
         threads = max(1, int(self.client_cpus))
-        self.federation = Federation(grid, client_threads=threads)
+        self.federation = SuperNodes(grid, client_threads=threads)
         self.startup_seconds = time.perf_counter() - started
         return self.federation
 

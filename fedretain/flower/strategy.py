@@ -17,9 +17,9 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedretain.core.tree import Tree
-from fedretain.engines.round import Rounds
+from fedretain.engines.round import OpenRound, Rounds
 from fedretain.flower.engine import FlowerEngine, Sent, flower
-from fedretain.flower.federation import Federation
+from fedretain.flower.federation import SuperNodes
 from fedretain.flower.options import flower_config
 from fedretain.flower.records import tree_to_record
 from fedretain.recipe.config import Config, component_params
@@ -55,7 +55,7 @@ class AlgorithmStrategy(Strategy):
         self.server_state = server_state
         self.sample = sample
         self.lr_at = lr_at
-        self.pending: Sent | None = None
+        self.pending: tuple[OpenRound, Sent] | None = None  # the round in flight
         self.history: list[dict[str, float]] = []
 
     @classmethod
@@ -80,27 +80,29 @@ class AlgorithmStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         engine = self.engine
-        engine.attach(Federation(grid))  # kept as it is when it already runs on this grid
+        engine.attach(SuperNodes(grid))  # kept as it is when it already runs on this grid
         rnd = server_round - 1
         opened = self.rounds.open(self.server_state, rnd, self.lr_at(rnd), clients=self.sample(rnd))
         if opened is None:
             self.pending = None
             return []
         threads = engine.federation.client_threads if engine.federation else 0
-        self.pending = engine.messages(opened, threads)
-        return self.pending.messages
+        sent = engine.messages(opened.work, threads)
+        self.pending = (opened, sent)
+        return sent.messages
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        sent, self.pending = self.pending, None
-        if sent is None:
+        pending, self.pending = self.pending, None
+        if pending is None:
             metrics = self.rounds.empty_metrics()
         else:
-            trained = self.engine.decode(self.rounds, sent, list(replies))
-            self.rounds.collect(sent.round, trained)
-            self.engine.accept(sent.round, trained)
-            self.server_state, metrics = self.rounds.close(self.server_state, sent.round)
+            opened, sent = pending
+            trained = self.engine.decode(sent, list(replies))
+            self.rounds.collect(opened, trained)
+            self.engine.accept(sent, trained)
+            self.server_state, metrics = self.rounds.close(self.server_state, opened)
         self.history.append(metrics)
         return tree_to_record(self.server_state["x"]), MetricRecord(dict(metrics))
 

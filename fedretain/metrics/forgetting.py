@@ -36,19 +36,29 @@ writes them and draws them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from fedretain.core.fisher import fisher_diag
-from fedretain.core.task import Task
+from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, ravel
 from fedretain.data.base import Dataset, as_input
 
+# (task, params, buffers, batch) -> pseudo inputs and their soft labels, made from the batch
+PseudoDataFn = Callable[[Task, Tree, Tree, Batch], tuple[Tensor, Tensor]]
+
 
 class Forgetting:
-    """Collects the measurements round by round; the engine supplies the local models."""
+    """Collects the measurements round by round; the engine supplies the local models.
+
+    ``pseudo`` makes the pseudo data of the Fisher correlation (FedReg's, with the run's
+    settings when it is FedReg: :func:`fedretain.algorithms.fedreg.pseudo_data`); needed only
+    with ``fisher=True``.
+    """
 
     def __init__(
         self,
@@ -57,7 +67,7 @@ class Forgetting:
         parts: list[np.ndarray],
         val_parts: list[np.ndarray] | None,
         batch_size: int = 1000,
-        pseudo: dict[str, float] | None = None,
+        pseudo: PseudoDataFn | None = None,
         fisher_samples: int = 256,
         seed: int = 0,
         eval_samples: int = 0,
@@ -70,8 +80,9 @@ class Forgetting:
         self.batch_size = batch_size
         self.prev_clients: list[int] = []
         self.records: list[dict[str, Any]] = []
-        # FedReg's pseudo-data settings (the run's own when it is FedReg)
-        self.pseudo = {"eta_s": 0.2, "eta_p": 0.002, "steps": 10, **(pseudo or {})}
+        if fisher and pseudo is None:
+            raise ValueError("the Fisher correlation needs pseudo data: pass pseudo")
+        self.pseudo = pseudo
         self.fisher = fisher
         self.fisher_samples = fisher_samples
         self.rng = np.random.default_rng(seed)
@@ -106,18 +117,9 @@ class Forgetting:
         own: np.ndarray,
         prev: np.ndarray,
     ) -> float:
-        from fedretain.algorithms.fedreg import pseudo_and_perturbed
-
+        assert self.pseudo is not None
         real = self._batch(own)
-        x_s, y_s, _ = pseudo_and_perturbed(
-            self.task,
-            start_model[0],
-            start_model[1],
-            real,
-            self.pseudo["eta_s"],
-            self.pseudo["eta_p"],
-            int(self.pseudo["steps"]),
-        )
+        x_s, y_s = self.pseudo(self.task, start_model[0], start_model[1], real)
         on_pseudo = fisher_diag(self.task, local[0], local[1], {"x": x_s, "y": y_s, "w": real["w"]})
         on_prev = fisher_diag(self.task, local[0], local[1], self._batch(prev))
         a, b = ravel(on_pseudo).double(), ravel(on_prev).double()

@@ -13,8 +13,9 @@ divided by the expected batch size ``B``:
 :class:`~fedretain.core.local.LocalRule` with this gradient in place of the task loss's:
 a penalty (FedProx's, FedDyn's) is data-independent given the client's past outputs, so its
 gradient is added after the privatised one, unclipped, and ``correct`` applies as usual.
-Algorithms with a local step of their own are refused, and so is FedCurv, whose uplink
-carries a Fisher information computed from the raw data outside the local step.
+Algorithms with a local step of their own are refused, and so are those that read the raw data
+outside the local step (``Algorithm.reads_data_outside_step``: FedCurv, whose uplink carries a
+Fisher information computed from it).
 
 Per-example gradients come from Opacus (``per_sample="opacus"``: a ``GradSampleModule`` on a
 private copy of the task's model, loaded with the step's parameters, and ``DPOptimizer``'s
@@ -55,15 +56,12 @@ from fedretain.core.local import Gradient, make_local_step
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, leaves
 from fedretain.errors import ConfigError
+from fedretain.registry import kind
 
 PER_SAMPLE = ("opacus", "functorch")
 RNG_KEY = "dp_rng"  # the step state's key for the noise generator's state
 # a word of the noise generator's seed, keeping its stream apart from the run's other draws
 _NOISE_STREAM = 0x44505347  # "DPSG"
-# algorithms that follow FedAvg's local rule but read the raw data outside the local step
-_RAW_DATA_OUTSIDE_STEP = {
-    "fedcurv": "its uplink carries a Fisher information computed from the raw client data",
-}
 
 
 @dataclass(frozen=True)
@@ -122,16 +120,17 @@ def with_dpsgd(algorithm: Algorithm, dp: DPSGD) -> Algorithm:
     name = algorithm.name
     if "dp_noise_multiplier" in algorithm.hparams:
         raise ConfigError(f"{name} already trains with DP-SGD; apply it once")
-    if name in _RAW_DATA_OUTSIDE_STEP:
-        raise ConfigError(
-            f"DP-SGD cannot make {name} private: {_RAW_DATA_OUTSIDE_STEP[name]}; "
-            f"DP-SGD composes with {', '.join(composable_algorithms())}"
-        )
     rule = algorithm.local_rule
     if rule is None or not algorithm.follows_local_rule():
         raise ConfigError(
             f"DP-SGD cannot privatise {name}'s own local step; it composes with the algorithms "
             f"whose local step is FedAvg's: {', '.join(composable_algorithms())}"
+        )
+    if algorithm.reads_data_outside_step:
+        raise ConfigError(
+            f"DP-SGD cannot make {name} private: what it sends is also computed from the raw "
+            "client data outside its local step (e.g. a Fisher information); DP-SGD composes "
+            f"with {', '.join(composable_algorithms())}"
         )
     base_init = algorithm.local_init
 
@@ -160,16 +159,16 @@ def composable_algorithms() -> tuple[str, ...]:
     """The registered algorithms ``privacy=dpsgd`` accepts (built with their defaults): those
     :func:`with_dpsgd` accepts, less the full-batch ones (``sgd``: one step on all of a client's
     data, where DP-SGD divides by the expected mini-batch size), which a run refuses."""
-    from fedretain.algorithms import ALGORITHMS, build_algorithm
+    from fedretain.algorithms import build_algorithm
 
     names = []
-    for name in ALGORITHMS:
+    for name in kind("algorithm"):
         try:
             algo = build_algorithm(name)
         except Exception:  # a factory that needs settings: leave it out
             continue
         full_batch = algo.schedule == "full_batch"
-        if algo.follows_local_rule() and name not in _RAW_DATA_OUTSIDE_STEP and not full_batch:
+        if algo.follows_local_rule() and not algo.reads_data_outside_step and not full_batch:
             names.append(name)
     return tuple(names)
 

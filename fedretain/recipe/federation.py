@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedretain.algorithms import ALGORITHMS, build_algorithm
+from fedretain.algorithms import build_algorithm
 from fedretain.algorithms.aggregators import AGGREGATORS
 from fedretain.continual import zoo as _zoo  # noqa: F401  (registers model=acgan)
 from fedretain.continual.replay import replay_of
@@ -32,6 +32,7 @@ from fedretain.errors import ConfigError, DataError
 from fedretain.losses import get_loss
 from fedretain.models import build_model
 from fedretain.recipe.config import Config, privacy_mechanism
+from fedretain.registry import kind
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def server_side(cfg: Config) -> dict[str, Any]:
         out["server_opt"] = SERVER_OPTIMIZERS.build(
             cfg.server_opt, cfg.server_opt_params, prefix="server_opt"
         )
-    if cfg.aggregator != "mean" or ALGORITHMS.takes(cfg.algorithm, "aggregator"):
+    if cfg.aggregator != "mean" or kind("algorithm").takes(cfg.algorithm, "aggregator"):
         out["aggregator"] = AGGREGATORS.build(
             cfg.aggregator, cfg.aggregator_params, prefix="aggregator"
         )
@@ -147,17 +148,23 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         model = model.double()
     autocast = torch.bfloat16 if cfg.precision == "bf16" else None
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes, autocast=autocast)
-    scenario = continual.scenario if continual is not None else None
+    rounds_per_task = continual.scenario.rounds_per_task if continual is not None else None
     algorithm = build_algorithm(
         cfg.algorithm,
         opt=local_optimizer(cfg),
         **server_side(cfg),
         model=task.model,
-        rounds_per_task=scenario.rounds_per_task if scenario is not None else None,
+        rounds_per_task=rounds_per_task,
         **cfg.algo,
     )
-    if cfg.replay:
-        algorithm = replay_of(cfg, algorithm, dataset.input_shape, dataset.num_classes)
+    algorithm = replay_of(
+        cfg.replay,
+        cfg.replay_params,
+        algorithm,
+        rounds_per_task,
+        dataset.input_shape,
+        dataset.num_classes,
+    )
     privacy = privacy_mechanism(cfg)
     if privacy is not None:
         algorithm = privacy.apply(algorithm, task.model)
@@ -180,7 +187,7 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
 
 def continual_data(cfg: Config, dataset: Dataset) -> ContinualData | None:
     """The task plan and data of the config's continual scenario (None without one)."""
-    scenario = scenario_of(cfg)
+    scenario = scenario_of(cfg.scenario, cfg.scenario_params)
     if scenario is None:
         return None
     return ContinualData(scenario, dataset.train_labels, dataset.num_classes, cfg.clients, cfg.seed)

@@ -63,7 +63,7 @@ def _round_uplinks(tmp_path):
     rounds, algo = run.rounds, run.rounds.algorithm
     opened = rounds.open(run.server_state, 3, 1e-3, clients=torch.arange(2).numpy())
     run.before = {c: tree_map(torch.clone, rounds.store[c]) for c in rounds.store}
-    for trained in rounds.engine.train(rounds, opened):
+    for trained in rounds.engine.train(opened.work):
         rounds.collect(opened, trained)
     return run, algo, opened
 

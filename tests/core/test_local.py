@@ -23,10 +23,11 @@ def test_local_init_puts_every_tensor_on_the_parameters_device(opt):
 def test_every_algorithms_local_round_stays_on_the_models_device():
     # one local_init, two local steps and local_final of every algorithm on the meta device:
     # any tensor an algorithm makes on the CPU during local training would show up here
-    from fedretain.algorithms import ALGORITHMS, continual_only
+    from fedretain.algorithms import continual_only
     from fedretain.core.task import Task
     from fedretain.losses import get_loss
     from fedretain.models import build_model
+    from fedretain.registry import kind
 
     meta = torch.device("meta")
     data = {
@@ -39,7 +40,7 @@ def test_every_algorithms_local_round_stays_on_the_models_device():
     batch = {k: v if k == "label_mask" else v[:3] for k, v in data.items()}
     info = RoundInfo(round=0, lr=0.1, clients=[0], num_clients=1, seed=0)
     bad = {}
-    for name in ALGORITHMS:
+    for name in kind("algorithm"):
         if name in continual_only():  # refuses this non-continual setting (an ACGAN needed)
             continue
         projection = {"projection": 4} if name == "moon" else {}  # MOON's projection head

@@ -20,7 +20,7 @@ from fedretain.core.tree import Tree
 from fedretain.engines.round import Rounds
 from fedretain.experiments.run import build_rounds
 from fedretain.flower.client import make_client_app
-from fedretain.flower.federation import Federation, connected
+from fedretain.flower.federation import SuperNodes, connected
 from fedretain.flower.protocol import ROUND
 from fedretain.recipe.config import make_config
 from fedretain.recipe.federation import Federation as Recipe
@@ -51,7 +51,7 @@ def config(**overrides: object):
     return make_config({**BASE, **{k.replace("__", "."): v for k, v in overrides.items()}})
 
 
-def build(cfg, federation: Federation | None = None) -> tuple[Recipe, Rounds]:
+def build(cfg, federation: SuperNodes | None = None) -> tuple[Recipe, Rounds]:
     """The federation of ``cfg`` and its rounds (on ``federation``'s nodes for engine=flower)."""
     if federation is None:
         return build_rounds(cfg)
@@ -62,7 +62,7 @@ def build(cfg, federation: Federation | None = None) -> tuple[Recipe, Rounds]:
 def run_rounds(
     cfg,
     rounds: int = 2,
-    federation: Federation | None = None,
+    federation: SuperNodes | None = None,
     drop: dict[int, set[int]] | None = None,
 ) -> tuple[Tree, Rounds]:
     """``rounds`` rounds of ``cfg`` (on ``federation`` for engine=flower); ``drop[r]``: clients
@@ -164,6 +164,6 @@ class InlineGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def inline_federation(num_nodes: int) -> tuple[Federation, InlineGrid]:
+def inline_federation(num_nodes: int) -> tuple[SuperNodes, InlineGrid]:
     grid = InlineGrid(num_nodes)
-    return Federation(grid, client_threads=0), grid
+    return SuperNodes(grid, client_threads=0), grid

@@ -112,11 +112,12 @@ def test_fisher_correlation_is_measured_when_asked(tmp_path):
 
 def test_fisher_correlation_is_pearson_of_pseudo_and_previous_fishers():
     from fedretain.algorithms.fedcurv import fisher_diag
+    from fedretain.algorithms.fedreg import PseudoData
     from fedretain.core.tree import ravel
 
     task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
     ds = Dataset("pts", X, Y, X, Y, num_classes=2)
-    diag = Forgetting(task, ds, PARTS, None, pseudo={"steps": 0})  # pseudo x = real x
+    diag = Forgetting(task, ds, PARTS, None, pseudo=PseudoData(steps=0))  # pseudo x = real x
     start, local = _model(0.5, 0.2), _model(1.5, -0.3)
     own, prev = np.array([0, 3]), np.array([1, 2])
     got = diag._fisher_corr(start, local, own, prev)

@@ -202,13 +202,13 @@ def test_composable_algorithms():
 def test_the_composable_list_is_what_privacy_dpsgd_accepts():
     """The algorithms a refusal lists are those ``privacy=dpsgd`` accepts: not ``sgd``, whose
     full-batch step a run refuses (DP-SGD divides by the expected mini-batch size)."""
-    from fedretain.algorithms import ALGORITHMS
     from fedretain.recipe.config import make_config, privacy_mechanism
+    from fedretain.registry import kind
 
     mechanism = privacy_mechanism(make_config({"privacy": "dpsgd"}))
     listed = composable_algorithms()
     assert "sgd" not in listed
-    for name in ALGORITHMS:
+    for name in kind("algorithm"):
         try:
             algo = build_algorithm(name)
         except ConfigError:  # the continual methods need a scenario's settings

@@ -1,8 +1,9 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
 A checkpoint holds the server state, every stored client state, the ledger, the torch RNG
-states, the metrics so far, the elapsed time and the JSON state of a run's other parts (the
-privacy accountants). (Client sampling and mini-batch orders are
+states, the metrics so far, the elapsed time and the JSON states of the run's observers, by
+name (``extra``: the privacy ``accountant``, the ``continual`` recorder; see
+:mod:`fedretain.experiments.observers`). (Client sampling and mini-batch orders are
 pure functions of seed, round and client, so they need no saved state.) Tensors go to a
 ``safetensors`` file, everything else to JSON: nothing is unpickled when a checkpoint loads,
 so a crafted checkpoint cannot run code.
@@ -74,9 +75,15 @@ class Checkpoint:
     cuda_rng: list[torch.Tensor]
     fingerprint: dict[str, Any]  # the resolved config the state belongs to
     client_dir: Path | None = None  # loading a disk store's checkpoint: its snapshot folder
-    extra: dict[str, Any] = field(default_factory=dict)  # JSON state of a run's other parts
+    extra: dict[str, Any] = field(default_factory=dict)  # observer name -> its JSON state
     file: str = ""  # loading: the tensor file read (``state-<round>.safetensors``)
     damaged: str = ""  # loading: why the latest checkpoint was passed over for this one
+
+    def restore_rng(self) -> None:
+        """Set torch's RNG states (CUDA's too, where there is a GPU) to the checkpoint's."""
+        torch.set_rng_state(self.torch_rng)
+        if self.cuda_rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(self.cuda_rng)
 
     def restore_clients(self, store: ClientStore) -> None:
         """Put the checkpoint's client states into the engine's (empty) store."""
@@ -90,6 +97,13 @@ class Checkpoint:
         assert isinstance(self.clients, dict)
         for cid, state in self.clients.items():
             store.put(cid, state)
+
+
+def rng_states(device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """torch's RNG state and, on a CUDA device, every GPU's: a checkpoint's ``torch_rng`` and
+    ``cuda_rng``."""
+    cuda = device.type == "cuda"
+    return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else []
 
 
 def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:

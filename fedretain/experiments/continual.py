@@ -1,13 +1,16 @@
-"""The continual side of a run (``scenario=class_incremental``): task switches, evaluation on
-the classes seen so far, the accuracy matrix and its measures, plots.
+"""The continual side of a run (``scenario=class_incremental``): evaluation on the classes
+seen so far, the accuracy matrix and its measures, plots.
 
-:class:`ContinualRecorder` is driven by :class:`~fedretain.experiments.run.Run`:
+:class:`ContinualRecorder` is the run's observer ``continual``
+(:mod:`fedretain.experiments.observers`) and its evaluation
+(:class:`~fedretain.experiments.observers.Evaluation`), in place of the whole test set:
 
 - every evaluation takes one pass over the test set with the global model and reports, for the
   task of the last completed round ``t``, the accuracy and loss on the test samples of every
   class seen by any client in tasks ``0..t`` (these become ``test_accuracy``/``test_loss`` of
-  ``metrics.jsonl``) and the accuracy on each task's classes (``task_accuracy``, one entry per
-  task, later tasks included);
+  ``metrics.jsonl``, and the record gets the ``task``) and the accuracy on each task's classes
+  (``task_accuracy``, one entry per task, later tasks included); the last round of every task
+  is evaluated, whatever ``eval_every``;
 - the evaluation that ends a task is a row of the accuracy matrix ``R[t][j]``;
 - the results: ``continual.jsonl`` (one line per evaluation: ``round``, ``task``,
   ``seen_accuracy``, ``seen_loss``, ``task_accuracy``, ``task_end``), and in ``summary.json``
@@ -17,8 +20,10 @@ the classes seen so far, the accuracy matrix and its measures, plots.
   ``continual_accuracy.png`` (accuracy on each task's classes and on the seen classes over the
   rounds) and ``accuracy_matrix.png`` (the matrix as a heat map).
 
-Its state (the rows so far) goes into the checkpoint's ``extra``; the task of a round is a
-function of the round, so resuming inside or across a task boundary needs nothing else.
+Its state (the rows so far) goes into the checkpoint under ``continual``; the task of a round
+is a function of the round (the clients' data switches task inside the round: the
+federation's ``clients_for_round``), so resuming inside or across a task boundary needs
+nothing else.
 
 Classes may recur across tasks when different clients draw them (FedCIL App. A), so the
 classes of task ``j`` (the union over clients) may overlap those of another task.
@@ -27,57 +32,61 @@ classes of task ``j`` (the union over clients) may overlap those of another task
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedretain.continual.scenario import ContinualData
-from fedretain.core.task import Task
 from fedretain.core.tree import Tree
-from fedretain.data.base import Dataset, as_input
+from fedretain.data.base import as_input
 from fedretain.errors import DataError
+from fedretain.experiments.observers import BaseObserver, Record
 from fedretain.files import save_figure, write_jsonl
 from fedretain.metrics.continual import continual_summary
+
+if TYPE_CHECKING:
+    from fedretain.recipe.federation import Federation
 
 __all__ = ["ContinualRecorder", "plot_accuracy_matrix", "plot_task_accuracy"]
 
 
-class ContinualRecorder:
-    """Task switches, seen-class evaluation and the accuracy matrix of one continual run."""
+class ContinualRecorder(BaseObserver):
+    """Seen-class evaluation and the accuracy matrix of one continual run (``fed.continual``)."""
 
-    def __init__(self, continual: ContinualData, dataset: Dataset, out: Path) -> None:
+    def __init__(self, fed: Federation, out: Path) -> None:
+        continual = fed.continual
+        assert continual is not None, "a continual recorder needs a continual scenario"
         self.continual = continual
         self.scenario = continual.scenario
+        self.model, self.batch_size, self.label = fed.task, fed.eval_batch, fed.config.label
         self.out = Path(out)
-        y = np.asarray(dataset.y_test)
+        y = np.asarray(fed.dataset.y_test)
         tasks = range(self.scenario.tasks)
         self.task_classes = [list(continual.task_classes(t)) for t in tasks]
         self.task_masks = [np.isin(y, c) for c in self.task_classes]
         self.seen_masks = [np.isin(y, continual.seen_classes(t)) for t in tasks]
-        self.x_test, self.y_test = dataset.x_test, dataset.y_test
+        self.x_test, self.y_test = fed.dataset.x_test, fed.dataset.y_test
         self.rows: list[dict[str, Any]] = []
-
-    # the run's hooks -----------------------------------------------------------------------
 
     def task_after(self, done: int) -> int:
         """The task of the last completed round (task 0 before any round)."""
         return self.scenario.task_of(max(done - 1, 0))
 
+    # the evaluation --------------------------------------------------------------------------
+
     @torch.no_grad()
-    def evaluate(
-        self, task: Task, params: Tree, buffers: Tree, done: int, batch_size: int = 1000
-    ) -> tuple[float, float, dict[str, Any]]:
-        """Accuracy and loss on the seen classes after ``done`` rounds, and the record's
-        continual keys; appends the row to ``continual.jsonl``."""
+    def evaluate(self, params: Tree, buffers: Tree, done: int) -> tuple[float, float]:
+        """Accuracy and loss on the seen classes after ``done`` rounds; appends the row to
+        ``continual.jsonl``."""
         first = next(iter(params.values()))
         device, dtype = first.device, first.dtype
         correct, losses = [], []
+        batch_size = self.batch_size
         for start in range(0, len(self.y_test), batch_size):
             xb = as_input(self.x_test[start : start + batch_size].to(device), dtype)
             yb = self.y_test[start : start + batch_size].to(device)
-            logits, _ = task.forward(params, buffers, xb, train=False)
+            logits, _ = self.model.forward(params, buffers, xb, train=False)
             correct.append((logits.argmax(dim=-1) == yb).cpu())
             losses.append(F.cross_entropy(logits.float(), yb, reduction="none").cpu())
         hit = torch.cat(correct).numpy()
@@ -98,7 +107,16 @@ class ContinualRecorder:
         }
         self.rows.append(row)
         write_jsonl(self.out / "continual.jsonl", self.rows)
-        return acc, loss, {"task": t}
+        return acc, loss
+
+    def due(self, done: int) -> bool:
+        """Every task's last round is evaluated (a row of the accuracy matrix)."""
+        return self.scenario.task_end(done)
+
+    # the observer's hooks --------------------------------------------------------------------
+
+    def record(self, record: Record) -> Record:
+        return {"task": self.task_after(record["round"])}
 
     def state(self) -> dict[str, Any]:
         return {"rows": self.rows}
@@ -112,13 +130,16 @@ class ContinualRecorder:
         self.rows = list(state["rows"])
         write_jsonl(self.out / "continual.jsonl", self.rows)
 
+    def finish(self, stopped: bool) -> dict[str, Any]:
+        return self.results(self.label)
+
     # results ---------------------------------------------------------------------------------
 
     def matrix(self) -> list[list[float]]:
         """``R[t][j]``: one row per finished task (the evaluation that ended it)."""
         return [list(r["task_accuracy"]) for r in self.rows if r["task_end"]]
 
-    def finish(self, label: str = "") -> dict[str, Any]:
+    def results(self, label: str = "") -> dict[str, Any]:
         """The summary's continual keys; draws the two plots."""
         matrix = self.matrix()
         out: dict[str, Any] = {

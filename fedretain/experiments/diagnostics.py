@@ -1,22 +1,25 @@
-"""Diagnostics: observers of a run, chosen by name (``diagnostics=forgetting``).
+"""Diagnostics: observers of a run chosen by name (``diagnostics=forgetting``).
 
-An observer is built as ``factory(run, **params)`` (``diagnostics.<param>=value``) and is told
-of each round; it writes its own files into the results folder and adds a part to the
-summary. A new diagnostic is one class with the methods of :class:`Observer` in a new file and
-one line in ``DIAGNOSTICS`` below. ``needs_local_models`` asks the engine to keep each round's
-locally trained models (``run.rounds.local_models``).
+A diagnostic is an :class:`~fedretain.experiments.observers.Observer` named as registered and
+built as ``factory(run, **params)`` with the options of ``diagnostics.<param>=value`` it takes.
+It is told of each round, writes its own files into the results folder, may add keys to the
+records and adds a part to the summary. A new diagnostic is one
+:class:`~fedretain.experiments.observers.BaseObserver` subclass with the hooks it needs and one
+line in ``DIAGNOSTICS`` below (``docs/adding-components.md``, "How to add an observer").
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedretain.algorithms.fedreg import pseudo_data
 from fedretain.core.algorithm import RoundInfo
 from fedretain.core.tree import Tree
 from fedretain.engines.round import train_client
 from fedretain.errors import ConfigError, unknown_choice
+from fedretain.experiments.observers import BaseObserver, Record
 from fedretain.files import read_jsonl, write_jsonl
 from fedretain.metrics.forgetting import Forgetting
 from fedretain.recipe.config import Config
@@ -27,21 +30,7 @@ if TYPE_CHECKING:
     from fedretain.experiments.run import Run
 
 
-class Observer(Protocol):
-    needs_local_models: bool
-
-    def before_round(self, rnd: int, clients: list[int]) -> None: ...
-
-    def after_round(self, rnd: int) -> None: ...
-
-    def resume(self, done: int) -> None:
-        """The run continues after round ``done``: drop what was recorded after it."""
-
-    def finish(self) -> dict[str, Any]:
-        """Draw the plots; the summary's part."""
-
-
-class ForgettingObserver:
+class ForgettingObserver(BaseObserver):
     """Loss increase on earlier clients, Fisher correlation and F_ki
     (:mod:`fedretain.metrics.forgetting`), one line per round in ``forgetting.jsonl``.
 
@@ -80,7 +69,7 @@ class ForgettingObserver:
             fed.parts,
             fed.val_parts,
             fed.eval_batch,
-            pseudo=fed.algorithm.pseudo_data,
+            pseudo=pseudo_data(fed.algorithm),  # FedReg's, with the run's settings if FedReg
             seed=run.cfg.seed,
             eval_samples=samples,
             fisher=fisher,
@@ -95,7 +84,9 @@ class ForgettingObserver:
     def before_round(self, rnd: int, clients: list[int]) -> None:
         self.start_model = self.run.fed.algorithm.global_model(self.run.server_state)
 
-    def after_round(self, rnd: int) -> None:
+    def after_round(
+        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
+    ) -> None:
         assert self.start_model is not None
         local = self.run.rounds.local_models
         ref = self.reference_models(rnd, list(local)) if self.ref_algorithm else None
@@ -123,15 +114,17 @@ class ForgettingObserver:
             torch.cuda.set_rng_state_all(rng[1])
         return models
 
-    def resume(self, done: int) -> None:
-        if not self.path.exists():
+    def start(self, done: int, records: list[Record]) -> None:
+        if not done or not self.path.exists():  # a fresh run writes the file anew
             return
         kept = [r for r in read_jsonl(self.path) if r["round"] <= done]
         self.measure.records = kept
         self.measure.prev_clients = kept[-1]["clients"] if kept else []
         write_jsonl(self.path, kept)
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self, stopped: bool) -> dict[str, Any]:
+        if stopped:
+            return {}
         from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
 
         out, label = self.run.out, self.run.cfg.label
@@ -160,6 +153,7 @@ def check_forgetting(cfg: Config) -> None:
         raise ConfigError(f"diagnostics.samples must be >= 0, got {params['samples']}")
 
 
+# factory(run, **options) -> the observer; ``check=fn(cfg)`` validates against the whole config
 DIAGNOSTICS = Registry("diagnostic", internal=("run",))
 DIAGNOSTICS.add(
     "forgetting",

@@ -28,6 +28,7 @@ from fedretain.continual.acgan import sample
 from fedretain.continual.quality import feature_extractor, frechet_distance, save_sample_grid
 from fedretain.errors import ConfigError
 from fedretain.experiments.diagnostics import DIAGNOSTICS
+from fedretain.experiments.observers import BaseObserver, Record
 from fedretain.files import read_jsonl, save_figure, write_jsonl
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ __all__ = ["GeneratorQuality"]
 DEFAULT_CACHE = Path.home() / ".cache" / "fedretain" / "features"
 
 
-class GeneratorQuality:
+class GeneratorQuality(BaseObserver):
     """The observer (see the module docstring).
 
     :param fid_every: rounds between Fréchet distances (and at every task's end)
@@ -47,8 +48,6 @@ class GeneratorQuality:
     :param feature_epochs: epochs of training the cached feature classifier
     :param cache_dir: folder of the cached feature classifier (empty: the default)
     """
-
-    needs_local_models = False
 
     def __init__(
         self,
@@ -98,18 +97,17 @@ class GeneratorQuality:
         gen.load_state_dict(state)
         return gen.eval()
 
-    def before_round(self, rnd: int, clients: list[int]) -> None:
-        pass
-
-    def after_round(self, rnd: int) -> None:
+    def after_round(
+        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
+    ) -> None:
         done = rnd + 1
-        recorder = self.run.continual
-        assert recorder is not None
-        task_end = recorder.scenario.task_end(done)
+        continual = self.run.fed.continual
+        assert continual is not None
+        task_end = continual.scenario.task_end(done)
         if done % self.fid_every and not task_end and done != self.run.cfg.rounds:
             return
-        task = recorder.task_after(done)
-        classes = recorder.continual.seen_classes(task)
+        task = continual.scenario.task_of(rnd)  # the task of the round just run
+        classes = continual.seen_classes(task)
         gen = self.generator()
         if task_end:
             folder = self.run.out / "samples"
@@ -129,13 +127,15 @@ class GeneratorQuality:
         self.records.append({"round": done, "task": task, "fid": fid})
         write_jsonl(self.path, self.records)
 
-    def resume(self, done: int) -> None:
+    def start(self, done: int, records: list[Record]) -> None:
+        if not done:  # a fresh run writes the file anew
+            return
         rows = read_jsonl(self.path) if self.path.exists() else []
         self.records = [r for r in rows if r["round"] <= done]
         write_jsonl(self.path, self.records)
 
-    def finish(self) -> dict[str, Any]:
-        if not self.records:
+    def finish(self, stopped: bool) -> dict[str, Any]:
+        if stopped or not self.records:
             return {}
         from fedretain.experiments.plots import plt
 

@@ -21,6 +21,13 @@ JSON: a non-finite float (a diverged run's loss) is the string ``"NaN"``, ``"Inf
 ``"-Infinity"``; :func:`fedretain.files.read_json` and :func:`~fedretain.files.read_jsonl`
 read them back as floats. :func:`run_experiment` is the whole run; :class:`Run` holds its
 parts; :func:`check_out` keeps a new run from mixing with an old one's files.
+
+Whatever follows a run besides training (a continual scenario's recorder, the privacy
+accountant, the diagnostics, the tracker, the progress bar) is one of its observers
+(:mod:`fedretain.experiments.observers`), by name: :data:`BUILT_IN` and :data:`SHOWN_BY` hold
+the factories of the built-in ones, the config's diagnostics the others. :class:`Run` only
+trains, evaluates (with the test set, or the observer that is an evaluation: a continual
+run's seen classes), records and checkpoints, and tells its observers.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -44,9 +52,19 @@ from fedretain.experiments.checkpoint import (
     Checkpoint,
     fingerprint,
     load_for_resume,
+    rng_states,
     save_checkpoint,
 )
 from fedretain.experiments.continual import ContinualRecorder
+from fedretain.experiments.observers import (
+    AccountantObserver,
+    BaseObserver,
+    Evaluation,
+    LostReplies,
+    Observer,
+    Record,
+    WholeTestSet,
+)
 from fedretain.experiments.tracking import make_tracker
 from fedretain.files import write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
@@ -67,42 +85,56 @@ def run_experiment(
     With ``resume``, continue from the checkpoint in ``out``: the metrics come out identical
     to those of an uninterrupted run (apart from ``seconds``). A run killed before its first
     checkpoint starts over from round 0. With ``overwrite``, an old run in ``out`` is removed
-    first (once the new run's federation is built; see :func:`clear_out`).
+    first (once the new run's federation is built; see :func:`clear_out`). ``progress``: a
+    progress bar (None: on a terminal; see :class:`Progress`).
 
     A run that stops between rounds (Ctrl-C, which lets the round in progress finish; a full
     disk; an error in evaluation) saves a checkpoint of its rounds first, where it can.
     """
-    run = Run(cfg, out)
-    if overwrite and not resume:
-        clear_out(out)
-    run.start(resume)
-    bar = Progress(cfg.label, cfg.rounds, progress) if progress is not False else nullcontext()
+    run = Run(cfg, out, progress)
     stop = StopAfterRound() if cfg.checkpoint_every else nullcontext()
     try:
-        with bar, stop:
+        if overwrite and not resume:
+            clear_out(out)
+        run.start(resume)
+        with stop:
             for rnd in range(run.done, cfg.rounds):
                 metrics = run.round(rnd)
-                if run.done % cfg.eval_every == 0 or run.done == cfg.rounds or run.task_end():
+                if run.due(run.done):
                     run.evaluate(metrics)
                 run.settled = True
                 if cfg.checkpoint_every and (
                     run.done % cfg.checkpoint_every == 0 or run.done == cfg.rounds
                 ):
                     run.checkpoint()
-                if isinstance(bar, Progress):
-                    bar.update(run.done, run.records[-1]["test_accuracy"])
                 if isinstance(stop, StopAfterRound) and stop.requested and run.done < cfg.rounds:
                     raise KeyboardInterrupt
     except DivergenceError as e:  # keep every result so far, say why the run stopped
         run.finish(stopped=str(e))
         raise
     except BaseException:
-        run.rescue()
+        rescue(run)
         raise
     finally:
-        run.engine.close()
-        run.tracker.close()
+        run.close()
     return run.finish()
+
+
+def rescue(run: Run) -> None:
+    """After a failure between rounds, a checkpoint of the rounds done (when newer than the
+    latest); a failure inside a round leaves a state no checkpoint may hold."""
+    if not (run.cfg.checkpoint_every and run.settled and run.done > run.saved):
+        return
+    try:
+        run.checkpoint()
+    except Exception as e:
+        print(f"note: could not save a checkpoint of round {run.done}: {e}", file=sys.stderr)
+        return
+    print(
+        f"note: saved a checkpoint at round {run.done} of {run.cfg.rounds}; continue with "
+        f"`fedretain run --resume {run.out}`",
+        file=sys.stderr,
+    )
 
 
 # what a results folder holds (besides the temporary files of atomic writes): --overwrite
@@ -179,237 +211,229 @@ def rounds_of(fed: Federation, engine: Engine, out: Path | None) -> Rounds:
     )
 
 
-class Run:
-    """One experiment: its federation, engine and rounds, observers and results folder."""
+# The built-in observers by name (a checkpoint keeps each one's state under it): factory(run)
+# -> the observer, or None where this run has none. The run tells its observers in this order,
+# with the config's diagnostics between the two groups: what adds keys to the records comes
+# before the tracker and the progress bar, which show the records whole.
+BUILT_IN: dict[str, Callable[[Run], Observer | None]] = {
+    "continual": lambda run: ContinualRecorder(run.fed, run.out) if run.fed.continual else None,
+    "lost_replies": lambda run: LostReplies() if run.engine.remote else None,
+    "accountant": lambda run: AccountantObserver.of(run.fed),
+}
+SHOWN_BY: dict[str, Callable[[Run], Observer | None]] = {
+    "tracker": lambda run: make_tracker(run.cfg, run.out),
+    "progress": lambda run: None if run.progress is False else RunProgress(run),
+}
 
-    def __init__(self, cfg: Config, out: str | Path) -> None:
-        self.cfg = cfg
-        self.out = Path(out)
+
+def diagnostic(name: str) -> Callable[[Run], Observer]:
+    """The factory of the diagnostic ``name``, with the ``diagnostics.*`` options it takes."""
+
+    def build(run: Run) -> Observer:
+        own = kind("diagnostic").params(name)
+        params = {k: v for k, v in run.cfg.diagnostics_params.items() if k in own}
+        return kind("diagnostic").build(name, params, run)
+
+    return build
+
+
+def observers_of(run: Run) -> dict[str, Observer]:
+    """The observers of ``run`` by name, in the order they are told of it."""
+    factories = {**BUILT_IN, **{n: diagnostic(n) for n in run.cfg.diagnostics}, **SHOWN_BY}
+    made = {name: factory(run) for name, factory in factories.items()}
+    return {name: observer for name, observer in made.items() if observer is not None}
+
+
+class Run:
+    """One experiment: its federation, engine and rounds, observers (everything besides
+    training: :mod:`fedretain.experiments.observers`), evaluation and results folder."""
+
+    def __init__(self, cfg: Config, out: str | Path, progress: bool | None = False) -> None:
+        self.cfg, self.out, self.progress = cfg, Path(out), progress
         self.fed = build_federation(cfg)
         self.engine = kind("engine").build(cfg.engine, cfg.engine_params, self.fed)
-        self.observers = [
-            kind("diagnostic").build(name, self._params_of(name), self) for name in cfg.diagnostics
-        ]
-        self.tracker = make_tracker(cfg, self.out)
-        continual = self.fed.continual  # a continual scenario: task switches, seen classes
-        self.continual = (
-            ContinualRecorder(continual, self.fed.dataset, self.out) if continual else None
-        )
-        privacy = self.fed.privacy
-        self.accountant = (
-            privacy.accountant(self.fed.clients, self.fed.algorithm, cfg.clients_per_round)
-            if privacy is not None
-            else None
-        )
         self.server_state: Tree = {}
         self.rounds: Rounds  # made by start(): a fresh run clears an old disk store first
         self.records: list[dict[str, Any]] = []
         self.done = 0  # rounds completed
         self.settled = True  # the state is that of round ``done`` with its record: checkpointable
         self.saved = 0  # the round of the latest checkpoint
-        self.pending = {"skipped_clients": 0.0, "lost_replies": 0.0}  # since the last record
+        self.skipped = 0.0  # skipped client updates since the last record
         self.elapsed0 = 0.0  # wall seconds before this process (resumed runs)
         self.started = time.perf_counter()
-
-    def _params_of(self, diagnostic: str) -> dict[str, Any]:
-        own = kind("diagnostic").params(diagnostic)
-        return {k: v for k, v in self.cfg.diagnostics_params.items() if k in own}
+        self.observers = observers_of(self)
+        evaluations = (o for o in self.observers.values() if isinstance(o, Evaluation))
+        self.evaluation: Evaluation = next(evaluations, WholeTestSet(self.fed))
 
     def start(self, resume: bool = False) -> None:
         """A fresh run, or the checkpoint's state (a run that never wrote one starts over)."""
         cfg, fed = self.cfg, self.fed
-        ckpt = load_for_resume(self.out, cfg, fed.device) if resume else None
-        if resume and ckpt is None:
-            print(
-                f"note: {self.out} has no checkpoint yet; starting over from round 0",
-                file=sys.stderr,
-            )
+        ckpt = resume_point(self.out, cfg, fed.device) if resume else None
         if ckpt is None:
             shutil.rmtree(self.out / "client_state", ignore_errors=True)
         self.rounds = rounds_of(fed, self.engine, self.out)
-        self.rounds.keep_local_models = any(o.needs_local_models for o in self.observers)
+        self.rounds.keep_local_models = any(o.needs_local_models for o in self.observers.values())
         self.out.mkdir(parents=True, exist_ok=True)
         write_toml(self.out / "config.toml", resolved(cfg))
         if ckpt is None:
-            self.tracker.start([])
             self.server_state = fed.algorithm.server_init(*fed.task.init())
+        else:
+            self.restore(ckpt)
+        for observer in self.observers.values():
+            observer.start(self.done, self.records)
+        if ckpt is None:
             self.evaluate({"train_loss": None})
-            return
-        if ckpt.damaged:
-            print(f"note: {ckpt.damaged}; using the previous checkpoint", file=sys.stderr)
-        print(
-            f"resuming {self.out} from round {ckpt.round} of {cfg.rounds} (checkpoint {ckpt.file})",
-            file=sys.stderr,
-        )
-        self.server_state = ckpt.server
-        self.saved = ckpt.round
+
+    def restore(self, ckpt: Checkpoint) -> None:
+        """The checkpoint's state: the rounds, the records, the observers' states, the RNG."""
+        self.server_state, self.saved = ckpt.server, ckpt.round
         ckpt.restore_clients(self.rounds.store)
         self.rounds.ledger.load_state(ckpt.ledger)
         self.records, self.done, self.elapsed0 = ckpt.records, ckpt.round, ckpt.elapsed
-        if self.accountant is not None:
-            self.accountant.load_state(ckpt.extra["accountant"])
-        if self.continual is not None:
-            self.continual.load_state(ckpt.extra.get("continual"))
-        torch.set_rng_state(ckpt.torch_rng)
-        if ckpt.cuda_rng and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt.cuda_rng)
+        for name, observer in self.observers.items():
+            observer.load_state(ckpt.extra.get(name))
+        ckpt.restore_rng()
         write_jsonl(self.out / "metrics.jsonl", self.records)
-        self.tracker.start(self.records)
-        for observer in self.observers:
-            observer.resume(self.done)
 
     def round(self, rnd: int) -> dict[str, float]:
         """Round ``rnd`` (0-based) with the participation model's clients."""
         self.settled = False
         clients = self.fed.participation.clients(rnd)
-        for observer in self.observers:
-            observer.before_round(rnd, clients.tolist())
+        ids, lr = clients.tolist(), self.cfg.lr_at(rnd)
+        for observer in self.observers.values():
+            observer.before_round(rnd, ids)
         self.server_state, metrics = self.rounds.run_round(
-            self.server_state, rnd, self.cfg.lr_at(rnd), clients=clients
+            self.server_state, rnd, lr, clients=clients
         )
         self.done = rnd + 1
-        if self.accountant is not None:
-            self.accountant.after_round(rnd, clients.tolist(), self.cfg.lr_at(rnd))
-        for observer in self.observers:
-            observer.after_round(rnd)
-        for key in self.pending:
-            self.pending[key] += metrics.get(key, 0.0)
+        for observer in self.observers.values():
+            observer.after_round(rnd, ids, lr, metrics)
+        self.skipped += metrics.get("skipped_clients", 0.0)
         return metrics
+
+    def due(self, done: int) -> bool:
+        """Whether round ``done`` is evaluated: every ``eval_every`` rounds, the last round,
+        and where the evaluation asks for one (a continual task's end)."""
+        cfg = self.cfg
+        return done % cfg.eval_every == 0 or done == cfg.rounds or self.evaluation.due(done)
 
     def evaluate(self, metrics: dict[str, Any]) -> dict[str, Any]:
         """Test the global model; append the record to ``metrics.jsonl``."""
-        cfg, fed = self.cfg, self.fed
-        p, b = fed.algorithm.global_model(self.server_state)
-        extra: dict[str, Any] = {}
-        if self.continual is not None:  # on the classes seen so far
-            acc, loss, extra = self.continual.evaluate(fed.task, p, b, self.done, fed.eval_batch)
-        else:
-            acc, loss = fed.task.evaluate(
-                p, b, fed.dataset.x_test, fed.dataset.y_test, fed.eval_batch
-            )
+        acc, loss = self.evaluation.evaluate(
+            *self.fed.algorithm.global_model(self.server_state), self.done
+        )
         train_loss = metrics.get("train_loss")
-        ledger = self.rounds.ledger
         record = {
             "round": self.done,
             "test_accuracy": acc,
             "test_loss": loss,
             "train_loss": train_loss if train_loss == train_loss else None,  # NaN: no client
-            "lr": cfg.lr_at(max(self.done - 1, 0)),
+            "lr": self.cfg.lr_at(max(self.done - 1, 0)),
             "participants": int(metrics.get("participants", 0.0)),
-            "skipped_clients": self.pending["skipped_clients"],
-            "bytes_up": ledger.bytes_up,
-            "bytes_down": ledger.bytes_down,
+            "skipped_clients": self.skipped,
+            "bytes_up": self.rounds.ledger.bytes_up,
+            "bytes_down": self.rounds.ledger.bytes_down,
             "seconds": self.elapsed(),
-            **extra,
         }
-        if self.engine.remote:
-            record["lost_replies"] = int(self.pending["lost_replies"])
-        if self.accountant is not None:
-            record.update(self.accountant.metrics())
-        self.pending = dict.fromkeys(self.pending, 0.0)
+        for observer in self.observers.values():
+            record.update(observer.record(record))
+        self.skipped = 0.0
         self.records.append(record)
         self.settled = True  # the round has its record, even if writing it fails
         write_jsonl(self.out / "metrics.jsonl", self.records)
-        self.tracker.record(record)
         return record
-
-    def task_end(self) -> bool:
-        """Whether the rounds done end a task of a continual scenario."""
-        return self.continual is not None and self.continual.scenario.task_end(self.done)
 
     def elapsed(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.started
 
-    def rescue(self) -> None:
-        """After a failure between rounds, a checkpoint of the rounds done (when newer than
-        the latest); a failure inside a round leaves a state no checkpoint may hold."""
-        if not (self.cfg.checkpoint_every and self.settled and self.done > self.saved):
-            return
-        try:
-            self.checkpoint()
-        except Exception as e:
-            print(f"note: could not save a checkpoint of round {self.done}: {e}", file=sys.stderr)
-            return
-        print(
-            f"note: saved a checkpoint at round {self.done} of {self.cfg.rounds}; continue with "
-            f"`fedretain run --resume {self.out}`",
-            file=sys.stderr,
-        )
-
     def checkpoint(self) -> None:
-        cuda = self.fed.device.type == "cuda"
-        save_checkpoint(
-            self.out,
-            Checkpoint(
-                round=self.done,
-                server=self.server_state,
-                clients=self.rounds.store,
-                ledger=self.rounds.ledger.state(),
-                records=self.records,
-                elapsed=self.elapsed(),
-                torch_rng=torch.get_rng_state(),
-                cuda_rng=torch.cuda.get_rng_state_all() if cuda else [],
-                fingerprint=fingerprint(self.cfg),
-                extra={
-                    **({} if self.accountant is None else {"accountant": self.accountant.state()}),
-                    **({} if self.continual is None else {"continual": self.continual.state()}),
-                },
-            ),
-        )
+        """Save the run's state (:func:`checkpoint_of`) as its latest checkpoint."""
+        save_checkpoint(self.out, checkpoint_of(self))
         self.saved = self.done
 
     def finish(self, stopped: str = "") -> dict[str, Any]:
         """Write ``summary.json`` and the plots; returns the summary."""
         from fedretain.experiments.plots import plot_curves  # matplotlib: only where a run ends
 
-        cfg = self.cfg
-        summary = self.summary()
-        if stopped:
-            summary["stopped"] = stopped
-        else:
-            for observer in self.observers:
-                summary.update(observer.finish())
-        if self.continual is not None:
-            summary.update(self.continual.finish(cfg.label))
+        summary = summary_of(self, stopped)
         write_json(self.out / "summary.json", summary)
-        title = f"{cfg.label} (stopped)" if stopped else f"{cfg.label} on {cfg.dataset}"
-        plot_curves([(cfg.label, self.records)], self.out / "accuracy.png", title=title)
+        label = self.cfg.label
+        title = f"{label} (stopped)" if stopped else f"{label} on {self.cfg.dataset}"
+        plot_curves([(label, self.records)], self.out / "accuracy.png", title=title)
         return summary
 
-    def summary(self) -> dict[str, Any]:
-        cfg, state, final = self.cfg, self.server_state, self.records[-1]
-        sizes = [len(p) for p in self.fed.parts]
-        return {
-            "name": cfg.label,
-            "algorithm": cfg.algorithm,
-            "engine": self.engine.name,
-            **({"engine_choice": self.engine.choice} if getattr(self.engine, "choice", "") else {}),
-            "final_accuracy": final["test_accuracy"],
-            "final_loss": final["test_loss"],
-            "top_accuracy": top_accuracy(self.records),
-            "rounds": self.done,
-            "rounds_to": rounds_to_targets(self.records, cfg.targets),
-            "wall_seconds": final["seconds"],
-            "num_params": tree_numel(state["x"]),
-            "clients": len(sizes),
-            "client_samples": {
-                "min": int(min(sizes)),
-                "median": float(np.median(sizes)),
-                "max": int(max(sizes)),
-            },
-            "clients_with_state": len(self.rounds.store),
-            "skipped_updates": int(sum(r.get("skipped_clients", 0) for r in self.records)),
-            **(
-                {"privacy": {"mechanism": cfg.privacy, **self.accountant.metrics()}}
-                if self.accountant is not None
-                else {}
-            ),
-            "server_state_bytes": {
-                k: tree_bytes(v) if isinstance(v, dict) else tree_bytes({k: v})
-                for k, v in state.items()
-            },
-            **self.rounds.ledger.summary(),
-        }
+    def close(self) -> None:
+        """Release the engine and the observers (also after a failure)."""
+        self.engine.close()
+        for observer in self.observers.values():
+            observer.close()
+
+
+def resume_point(out: Path, cfg: Config, device: torch.device) -> Checkpoint | None:
+    """The checkpoint a resumed run continues from (None: it starts over), with a note."""
+    ckpt = load_for_resume(out, cfg, device)
+    if ckpt is None:
+        print(f"note: {out} has no checkpoint yet; starting over from round 0", file=sys.stderr)
+        return None
+    if ckpt.damaged:
+        print(f"note: {ckpt.damaged}; using the previous checkpoint", file=sys.stderr)
+    where = f"round {ckpt.round} of {cfg.rounds} (checkpoint {ckpt.file})"
+    print(f"resuming {out} from {where}", file=sys.stderr)
+    return ckpt
+
+
+def checkpoint_of(run: Run) -> Checkpoint:
+    """The run's state after round ``run.done``, with its observers' states by name."""
+    states = {name: observer.state() for name, observer in run.observers.items()}
+    torch_rng, cuda_rng = rng_states(run.fed.device)
+    return Checkpoint(
+        round=run.done,
+        server=run.server_state,
+        clients=run.rounds.store,
+        ledger=run.rounds.ledger.state(),
+        records=run.records,
+        elapsed=run.elapsed(),
+        torch_rng=torch_rng,
+        cuda_rng=cuda_rng,
+        fingerprint=fingerprint(run.cfg),
+        extra={name: state for name, state in states.items() if state is not None},
+    )
+
+
+def summary_of(run: Run, stopped: str = "") -> dict[str, Any]:
+    """The run's ``summary.json``: its own keys, the observers' and why it ``stopped`` early."""
+    cfg, state, records, engine = run.cfg, run.server_state, run.records, run.engine
+    final = records[-1]
+    sizes = [len(p) for p in run.fed.parts]
+    summary = {
+        "name": cfg.label,
+        "algorithm": cfg.algorithm,
+        "engine": engine.name,
+        **({"engine_choice": engine.choice} if getattr(engine, "choice", "") else {}),
+        "final_accuracy": final["test_accuracy"],
+        "final_loss": final["test_loss"],
+        "top_accuracy": top_accuracy(records),
+        "rounds": run.done,
+        "rounds_to": rounds_to_targets(records, cfg.targets),
+        "wall_seconds": final["seconds"],
+        "num_params": tree_numel(state["x"]),
+        "clients": len(sizes),
+        "client_samples": {
+            "min": int(min(sizes)),
+            "median": float(np.median(sizes)),
+            "max": int(max(sizes)),
+        },
+        "clients_with_state": len(run.rounds.store),
+        "skipped_updates": int(sum(r.get("skipped_clients", 0) for r in records)),
+        "server_state_bytes": {
+            k: tree_bytes(v) if isinstance(v, dict) else tree_bytes({k: v})
+            for k, v in state.items()
+        },
+        **run.rounds.ledger.summary(),
+    }
+    for observer in run.observers.values():
+        summary.update(observer.finish(bool(stopped)))
+    return {**summary, "stopped": stopped} if stopped else summary
 
 
 class StopAfterRound:
@@ -502,13 +526,51 @@ class Progress:
             self.last, self.printed = now, True
 
 
+class RunProgress(BaseObserver):
+    """The run's observer ``progress``: a :class:`Progress` bar moved at the end of every
+    round, with the latest test accuracy."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.bar = Progress(run.cfg.label, run.cfg.rounds, run.progress)
+        self.acc: float | None = None
+        self.shown = False
+
+    def start(self, done: int, records: list[Record]) -> None:
+        self.bar.__enter__()
+        self.shown = True
+        self.acc = records[-1]["test_accuracy"] if records else None
+
+    def after_round(
+        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
+    ) -> None:
+        if not self.run.due(rnd + 1):  # an evaluated round moves the bar with its record
+            self.bar.update(rnd + 1, self.acc)
+
+    def record(self, record: Record) -> Record:
+        self.acc = record["test_accuracy"]
+        self.bar.update(record["round"], self.acc)
+        return {}
+
+    def close(self) -> None:
+        if self.shown:
+            self.bar.__exit__(None, None, None)
+            self.shown = False
+
+
 __all__ = [
+    "BUILT_IN",
+    "SHOWN_BY",
     "Progress",
     "Run",
+    "RunProgress",
     "StopAfterRound",
     "build_rounds",
     "check_out",
+    "checkpoint_of",
     "clear_out",
+    "observers_of",
     "rounds_of",
     "run_experiment",
+    "summary_of",
 ]

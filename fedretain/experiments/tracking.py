@@ -1,38 +1,31 @@
 """Experiment tracking: a run's per-round metrics also in a tracker (``tracking=tensorboard``).
 
-A tracker is built as ``factory(out)`` (``out``: the run's results folder) and is told of the
-run's records, the rows of ``metrics.jsonl``:
+A tracker is the run's observer ``tracker`` (:mod:`fedretain.experiments.observers`), built as
+``factory(out)`` (``out``: the run's results folder); it hears of the records, the rows of
+``metrics.jsonl``, after every other observer has added its keys:
 
-- ``start(records)`` once, when the run knows what it keeps: ``[]`` for a fresh run, the
-  checkpoint's records (rounds ``0..done``) for a resumed one;
-- ``record(record)`` for each evaluated round, as it is appended to ``metrics.jsonl``;
+- ``start(done, records)`` once, when the run knows what it keeps: ``0, []`` for a fresh run,
+  the checkpoint's round and records (rounds ``0..done``) for a resumed one;
+- ``record(record)`` for each evaluated round, as it is appended to ``metrics.jsonl`` (it adds
+  nothing to the record);
 - ``close()`` once, when the run ends (also when it stops early).
 
 A resumed run never duplicates points: the tracker keeps what was written up to the
-checkpoint and drops what a killed process wrote after it. A new tracker is one class with
-these methods and one line in :data:`TRACKERS`.
+checkpoint and drops what a killed process wrote after it. A new tracker is one
+:class:`~fedretain.experiments.observers.BaseObserver` subclass with these hooks and one line
+in :data:`TRACKERS`.
 """
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from fedretain.errors import ConfigError
+from fedretain.experiments.observers import BaseObserver, Record
 from fedretain.recipe.config import Config
 from fedretain.registry import Registry
-
-
-class Tracker(Protocol):
-    def start(self, records: list[dict[str, Any]]) -> None:
-        """The run's records so far (``[]``, or a resumed run's up to its checkpoint)."""
-
-    def record(self, record: dict[str, Any]) -> None:
-        """One evaluated round's record (a row of ``metrics.jsonl``)."""
-
-    def close(self) -> None:
-        """The run has ended: write everything out."""
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
@@ -44,7 +37,7 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
     }
 
 
-class TensorBoardTracker:
+class TensorBoardTracker(BaseObserver):
     """Every numeric key of each record as a TensorBoard scalar (tag: the key, step: the
     round) in ``DIR/tensorboard/``, with torch's :class:`~torch.utils.tensorboard.SummaryWriter`
     (``tensorboard --logdir DIR/tensorboard``).
@@ -60,7 +53,7 @@ class TensorBoardTracker:
         self.folder = Path(out) / "tensorboard"
         self.writer: Any = None
 
-    def start(self, records: list[dict[str, Any]]) -> None:
+    def start(self, done: int, records: list[Record]) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self.close()
@@ -68,19 +61,19 @@ class TensorBoardTracker:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.writer = SummaryWriter(str(self.folder))
             return
-        done = max(r["round"] for r in records)
         replay = not any(self.folder.glob("events.out.tfevents.*"))
         self.writer = SummaryWriter(str(self.folder), purge_step=done + 1)
         if replay:
             for r in records:
                 self.record(r)
 
-    def record(self, record: dict[str, Any]) -> None:
+    def record(self, record: Record) -> Record:
         if self.writer is None:
-            self.start([])
+            self.start(0, [])
         for tag, value in scalars(record).items():
             self.writer.add_scalar(tag, value, global_step=record["round"])
         self.writer.flush()
+        return {}
 
     def close(self) -> None:
         if self.writer is not None:
@@ -99,7 +92,7 @@ def check_tensorboard(cfg: Config) -> None:
         ) from None
 
 
-# factory(out) -> Tracker; ``check=fn(cfg)`` validates against the whole config
+# factory(out) -> the tracker (an observer); ``check=fn(cfg)`` validates against the whole config
 TRACKERS = Registry("tracker", internal=("out",))
 TRACKERS.add(
     "tensorboard",
@@ -109,22 +102,9 @@ TRACKERS.add(
 )
 
 
-class NoTracker:
-    """``tracking=""``: nothing is tracked beyond ``metrics.jsonl``."""
-
-    def start(self, records: list[dict[str, Any]]) -> None:
-        pass
-
-    def record(self, record: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+def make_tracker(cfg: Config, out: str | Path) -> BaseObserver | None:
+    """The tracker ``cfg.tracking`` names for the results folder ``out`` (None: no tracking)."""
+    return TRACKERS.build(cfg.tracking, {}, out) if cfg.tracking else None
 
 
-def make_tracker(cfg: Config, out: str | Path) -> Tracker:
-    """The tracker ``cfg.tracking`` names for the results folder ``out``."""
-    return TRACKERS.build(cfg.tracking, {}, out) if cfg.tracking else NoTracker()
-
-
-__all__ = ["TRACKERS", "NoTracker", "TensorBoardTracker", "Tracker", "make_tracker", "scalars"]
+__all__ = ["TRACKERS", "TensorBoardTracker", "make_tracker", "scalars"]

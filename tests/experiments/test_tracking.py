@@ -1,7 +1,5 @@
 """tracking=tensorboard: each record's numbers as TensorBoard scalars, no duplicates on resume."""
 
-import inspect
-
 import pytest
 
 from fedretain import registry
@@ -37,7 +35,7 @@ def test_scalars_are_the_numbers_of_a_record_but_the_step():
 
 def test_every_numeric_key_is_a_scalar_by_round(tmp_path):
     tracker = TensorBoardTracker(tmp_path)
-    tracker.start([])
+    tracker.start(0, [])
     for r in RECORDS:
         tracker.record(r)
     tracker.close()
@@ -52,12 +50,12 @@ def test_every_numeric_key_is_a_scalar_by_round(tmp_path):
 
 def test_resume_keeps_rounds_to_the_checkpoint_and_drops_the_rest(tmp_path):
     first = TensorBoardTracker(tmp_path)  # killed after round 4, checkpoint at round 3
-    first.start([])
+    first.start(0, [])
     for r in RECORDS[:5]:
         first.record(r)
     first.close()
     again = TensorBoardTracker(tmp_path)
-    again.start(RECORDS[:4])
+    again.start(3, RECORDS[:4])
     for r in RECORDS[4:]:
         again.record({**r, "test_accuracy": 9.0})
     again.close()
@@ -67,7 +65,7 @@ def test_resume_keeps_rounds_to_the_checkpoint_and_drops_the_rest(tmp_path):
 
 def test_tracking_switched_on_at_resume_writes_the_kept_records(tmp_path):
     tracker = TensorBoardTracker(tmp_path)
-    tracker.start(RECORDS[:3])
+    tracker.start(2, RECORDS[:3])
     tracker.record(RECORDS[3])
     tracker.close()
     assert [s for s, _ in points(tmp_path / "tensorboard", "test_accuracy")] == [0, 1, 2, 3]
@@ -75,12 +73,12 @@ def test_tracking_switched_on_at_resume_writes_the_kept_records(tmp_path):
 
 def test_a_fresh_run_clears_an_old_folder(tmp_path):
     old = TensorBoardTracker(tmp_path)
-    old.start([])
+    old.start(0, [])
     for r in RECORDS:
         old.record(r)
     old.close()
     new = TensorBoardTracker(tmp_path)
-    new.start([])
+    new.start(0, [])
     new.record(RECORDS[0])
     new.close()
     assert points(tmp_path / "tensorboard", "test_accuracy") == [(0, 0.0)]
@@ -100,8 +98,8 @@ def test_the_tracking_key_is_checked(trackers):
 
 
 @pytest.mark.skipif(
-    "tracker" not in registry.PROVIDERS or "tracker" not in inspect.getsource(run_module.Run),
-    reason="needs the tracker line in registry.PROVIDERS and the tracker hooks in Run",
+    "tracker" not in registry.PROVIDERS or "tracker" not in run_module.SHOWN_BY,
+    reason="needs the tracker line in registry.PROVIDERS and the tracker observer of a run",
 )
 def test_a_run_with_tracking_writes_its_metrics_to_tensorboard(tmp_path, capsys):
     from fedretain.cli import main

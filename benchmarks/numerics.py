@@ -6,8 +6,8 @@ snapshots' ``metrics.jsonl`` and ``summary.json`` (apart from wall times).
     python benchmarks/numerics.py compare /tmp/before /tmp/after
 
 The set (``run``): the main job's runs (the ``demo`` preset, seed 0, shortened to 6 rounds),
-one medium ``fedcil-table1`` seed (FedAvg, FedAvg+ACGAN and FedCIL on one class order, 2 of
-its 5 tasks: ``scenario.tasks=2``), and the digits privacy config with ``privacy=dpsgd`` and ``privacy=client_fixed``;
+one medium ``fedcil-table1`` seed (FedAvg, FedAvg+ACGAN and FedCIL with per-client class draws, 2 of
+its 5 tasks: ``scenario.tasks=2``), and the digits privacy config with ``privacy=dpsgd`` and ``privacy=client_fixed`` (noise multipliers 1 and 0.1);
 each on the sequential and the vectorised engine where the run allows it. The configs are
 saved as ``KEY=VALUE`` lists in ``configs.json``; ``--like`` reruns exactly those, so that a
 change of the presets cannot hide a change of the numbers. Runs go one at a time, one torch
@@ -17,6 +17,7 @@ thread each: keep the machine otherwise idle only for timings, not for this.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -33,7 +34,7 @@ def configs() -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {}
     demo = PRESETS.get("demo")
-    plan = demo.factory("small", [0], resolve_data(demo.meta["dataset"], None, []))
+    plan = demo.factory("small", [0], resolve_data(demo.meta["dataset"], demo.meta.get("standin"), []))
     for spec in plan.runs:
         args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": 1})
         for engine in ENGINES:
@@ -44,18 +45,19 @@ def configs() -> dict[str, list[str]]:
                 f"engine={engine}",
             ]
     fedcil = PRESETS.get("fedcil-table1")
-    plan = fedcil.factory("medium", [0], resolve_data(fedcil.meta["dataset"], None, []))
+    plan = fedcil.factory("medium", [0], resolve_data(fedcil.meta["dataset"], fedcil.meta.get("standin"), []))
     for spec in plan.runs:
-        if spec.setting.endswith("one class order"):
+        if spec.setting.endswith("drawn per client"):
             args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": 1})
             rounds = int(dict(a.split("=", 1) for a in args)["scenario.rounds_per_task"]) * 2
             out[f"fedcil-{spec.method}"] = [*args, "scenario.tasks=2", f"rounds={rounds}"]
-    for privacy in ("dpsgd", "client_fixed"):
+    for privacy, noise in itertools.product(("dpsgd", "client_fixed"), (1.0, 0.1)):
         for engine in ENGINES:
-            out[f"privacy-{privacy}-{engine}"] = [
+            out[f"privacy-{privacy}-{noise:g}-{engine}"] = [
                 "--config",
                 "experiments/privacy_digits.toml",
                 f"privacy={privacy}",
+                f"privacy.noise_multiplier={noise}",
                 "rounds=8",
                 "threads=1",
                 f"engine={engine}",
@@ -66,6 +68,7 @@ def configs() -> dict[str, list[str]]:
 def run(folder: Path, like: Path | None) -> None:
     import torch
 
+    from fedretain.engines.round import DivergenceError
     from fedretain.experiments.run import run_experiment
     from fedretain.recipe.config import load_config
 
@@ -78,7 +81,11 @@ def run(folder: Path, like: Path | None) -> None:
             continue
         path = args[1] if args[:1] == ["--config"] else None
         cfg = load_config(path, args[2:] if path else args)
-        summary = run_experiment(cfg, folder / name, progress=False, overwrite=True)
+        try:
+            summary = run_experiment(cfg, folder / name, progress=False, overwrite=True)
+        except DivergenceError as e:  # its records and summary are written: compared as well
+            print(f"{name}: {e}")
+            continue
         print(f"{name}: {summary['final_accuracy']:.4f} ({summary['wall_seconds']:.1f} s)")
 
 

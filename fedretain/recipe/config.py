@@ -40,11 +40,10 @@ class Config:
     """Every setting of a run. Each field's ``metadata["help"]`` is its meaning, shown by
     ``fedretain run --help`` (:func:`describe_settings`) and the documentation.
 
-    A named component (``algorithm``, ``dataset``, ``partition``, ``model``, ``participation``,
-    ``optimizer``, ``server_opt``, ``aggregator``, ``loss``, ``engine``, ``store``,
-    ``diagnostics``, ``privacy``, ``scenario``, ``replay``; an empty name chooses none) takes
-    its parameters as ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for
-    the algorithm); :data:`COMPONENTS` maps each prefix to its fields and its registry.
+    A named component (an empty name chooses none) takes its parameters as
+    ``<prefix>.<param>`` keys, kept in the ``*_params`` fields (``algo`` for the algorithm);
+    :data:`COMPONENTS` maps each prefix to its fields and its registry, and ``run --help``
+    lists each one's choices from it.
     """
 
     name: str = setting("", "label of the run in reports; empty: the algorithm's name")
@@ -53,16 +52,15 @@ class Config:
     data_dir: str = setting("", "the dataset's folder; empty: the dataset's default folder")
     partition: str = setting(
         "iid",
-        "how the training data are split over the clients: iid, dirichlet, shards, fixed, natural",
+        "how the training data are split over the clients",
     )
     val_fraction: float = setting(0.0, "per-client validation split (TCE uses 0.1)")
     clients: int = setting(100, "N, the number of clients")
     clients_per_round: int = setting(10, "S, the clients sampled per round without replacement")
     participation: str = setting(
         "uniform",
-        "uniform (S of N) or bernoulli: client i is reachable each round with its own "
-        "probability p_i ~ U[participation.p_min, participation.p_max], and every reachable "
-        "client takes part",
+        "who takes part in a round: uniform draws S of the N clients "
+        "(`fedretain list participation` for the others)",
     )
     rounds: int = setting(20, "the number of rounds")
     local_epochs: int = setting(1, "local epochs per round (when local_steps is 0)")
@@ -76,18 +74,16 @@ class Config:
     )
     optimizer: str = setting(
         "sgd",
-        "the local optimiser: sgd (optimizer.momentum, optimizer.weight_decay, "
-        "optimizer.nesterov) or adam (optimizer.beta1, optimizer.beta2, optimizer.eps, "
-        "optimizer.weight_decay)",
+        "the local optimiser (its options: `fedretain list optimizer --params`)",
     )
     server_opt: str = setting(
         "",
-        "the server's optimizer on the pseudo-gradient x - agg(y): sgd, adam, yogi, adagrad; "
-        "empty keeps the algorithm's own server step",
+        "the server's optimizer on the pseudo-gradient x - agg(y); empty keeps the "
+        "algorithm's own server step",
     )
     aggregator: str = setting(
         "mean",
-        "how the uplinked models are combined: mean, median, trimmed_mean, krum, multikrum, bulyan",
+        "how the uplinked models are combined (mean: the algorithm's own weighted mean)",
     )
     model: str = setting(
         "cnn",
@@ -96,8 +92,7 @@ class Config:
     )
     loss: str = setting(
         "ce",
-        "the local training loss: ce, or tce (softmax over the client's own label set); "
-        "evaluation always uses the full softmax",
+        "the local training loss (evaluation always uses the cross-entropy over every class)",
     )
     seed: int = setting(0, "the same config and seed give the same numbers")
     eval_every: int = setting(
@@ -115,9 +110,8 @@ class Config:
     )
     engine: str = setting(
         "auto",
-        "auto: vmap where the algorithm and model allow it (compiled for long runs), else "
-        "sequential; sequential (the reference); vmap: the round's clients trained together "
-        "(same numbers); flower: the clients as Flower ClientApps",
+        "how a round's clients are trained (every engine gives the same numbers); auto picks "
+        "one by a measured rule",
     )
     device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
     precision: str = setting(
@@ -139,8 +133,8 @@ class Config:
     )
     store: str = setting(
         "memory",
-        "where per-client state lives: memory, or disk (DIR/client_state/, only the round's "
-        "clients in RAM); store.dtype=float16|bfloat16 halves its bytes",
+        "where per-client state lives (disk: DIR/client_state/); store.dtype=float16|bfloat16 "
+        "halves its bytes",
     )
     diagnostics: list[str] = setting(
         help='observers of the run, e.g. ["forgetting"] (DIR/forgetting.jsonl)',
@@ -148,26 +142,23 @@ class Config:
     )
     privacy: str = setting(
         "",
-        "differential privacy: empty for none; dpsgd (sample-level DP-SGD in local training, "
-        "each client's epsilon accounted), client_fixed or client_adaptive (client-level "
-        "DP-FedAvg: each update clipped, Gaussian noise added on the server)",
+        "differential privacy: empty for none, else a mechanism, sample-level (in local "
+        "training) or client-level (on the server), with its (epsilon, delta) in metrics.jsonl",
     )
     tracking: str = setting(
         "",
-        "experiment tracking: empty for none, or tensorboard (each round's metrics also as "
-        "TensorBoard event files in DIR/tensorboard/)",
+        "experiment tracking: empty for none, else each round's metrics also go to the "
+        "tracker (tensorboard writes DIR/tensorboard/)",
     )
     scenario: str = setting(
         "",
-        "continual learning: empty for none, or class_incremental (FedCIL's tasks of new classes; "
-        "scenario.tasks, scenario.classes_per_task, scenario.rounds_per_task; rounds = tasks * "
+        "continual learning: empty for none, else a sequence of tasks (rounds = tasks * "
         "rounds_per_task; accuracy on the classes seen so far, DIR/continual.jsonl)",
     )
     replay: str = setting(
         "",
-        "generative replay in a continual scenario: empty for none, acgan (the client's ACGAN "
-        "replays its last task's classes; model=acgan) or dgr (a separate GAN, only the "
-        "classifier shared); with algorithm=fedavg or fedprox",
+        "replay of past tasks in a continual scenario: empty for none (`fedretain list "
+        "replay` for each one's needs)",
     )
     algo: dict[str, Any] = setting(help="the algorithm's hyper-parameters", factory=dict)
     dataset_params: dict[str, Any] = setting(help="the dataset loader's options", factory=dict)

@@ -34,7 +34,9 @@ def configs() -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {}
     demo = PRESETS.get("demo")
-    plan = demo.factory("small", [0], resolve_data(demo.meta["dataset"], demo.meta.get("standin"), []))
+    plan = demo.factory(
+        "small", [0], resolve_data(demo.meta["dataset"], demo.meta.get("standin"), [])
+    )
     for spec in plan.runs:
         args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": 1})
         for engine in ENGINES:
@@ -45,7 +47,9 @@ def configs() -> dict[str, list[str]]:
                 f"engine={engine}",
             ]
     fedcil = PRESETS.get("fedcil-table1")
-    plan = fedcil.factory("medium", [0], resolve_data(fedcil.meta["dataset"], fedcil.meta.get("standin"), []))
+    plan = fedcil.factory(
+        "medium", [0], resolve_data(fedcil.meta["dataset"], fedcil.meta.get("standin"), [])
+    )
     for spec in plan.runs:
         if spec.setting.endswith("drawn per client"):
             args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": 1})

@@ -93,9 +93,10 @@ def write_rows(table: Tree, clients: Sequence[int], rows: Tree) -> Tree:
     return tree_map(write, table, rows)
 
 
-def _device(tree: Tree) -> torch.device:
+def _device(tree: Tree) -> torch.device | None:
+    """The device of ``tree``'s leaves; None (torch's default device) for a tree without any."""
     ls = leaves(tree)
-    return ls[0].device if ls else torch.device("cpu")
+    return ls[0].device if ls else None
 
 
 def mifa(*, wait_all: bool = False, opt: Optimizer | None = None) -> Algorithm:

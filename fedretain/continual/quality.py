@@ -187,9 +187,13 @@ def feature_extractor(
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> FeatureExtractor:
-    """The feature extractor for ``dataset``: loaded from :func:`cache_path` when present,
-    else trained with :func:`train_feature_net` and saved there atomically (safetensors, with
-    the settings as metadata). An unreadable cache file is replaced."""
+    """The feature extractor for ``dataset`` on ``device``: loaded from :func:`cache_path` when
+    present, else trained with :func:`train_feature_net` and saved there atomically
+    (safetensors, with the settings as metadata). An unreadable cache file is replaced.
+
+    The network is trained on the CPU whatever ``device`` is: one cached network serves every
+    device (the cache key does not name one), and the backward pass of its adaptive pooling has
+    no deterministic CUDA kernel, which a deterministic CUDA run refuses."""
     from safetensors.torch import load_file
     from safetensors.torch import save as st_save
 
@@ -205,8 +209,8 @@ def feature_extractor(
         except Exception:  # a damaged or foreign file: train again and replace it
             loaded = False
     if not loaded:
-        net = train_feature_net(dataset, epochs=epochs, seed=seed, device=device)
-        state = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+        net = train_feature_net(dataset, epochs=epochs, seed=seed)
+        state = {k: v.detach().contiguous() for k, v in net.state_dict().items()}
         meta = {k: str(v) for k, v in _settings(dataset, epochs, seed).items()}
         atomic_write_bytes(path, st_save(state, metadata=meta))
     return FeatureExtractor(net.to(device).eval())

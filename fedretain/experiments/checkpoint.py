@@ -259,6 +259,7 @@ RESUMABLE = (
     "threads",
     "checkpoint_every",
     "device",
+    "deterministic",  # which CUDA kernels compute the same thing: reproducibility, not results
     "engine",
     "diagnostics",
     "tracking",

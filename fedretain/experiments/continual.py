@@ -87,10 +87,10 @@ class ContinualRecorder(BaseObserver):
             xb = as_input(self.x_test[start : start + batch_size].to(device), dtype)
             yb = self.y_test[start : start + batch_size].to(device)
             logits, _ = self.model.forward(params, buffers, xb, train=False)
-            correct.append((logits.argmax(dim=-1) == yb).cpu())
-            losses.append(F.cross_entropy(logits.float(), yb, reduction="none").cpu())
-        hit = torch.cat(correct).numpy()
-        ce = torch.cat(losses).double().numpy()
+            correct.append(logits.argmax(dim=-1) == yb)
+            losses.append(F.cross_entropy(logits.float(), yb, reduction="none"))
+        hit = torch.cat(correct).cpu().numpy()  # one copy to the host, after the last batch
+        ce = torch.cat(losses).double().cpu().numpy()
         t = self.task_after(done)
         seen = self.seen_masks[t]
         n = max(int(seen.sum()), 1)

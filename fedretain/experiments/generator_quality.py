@@ -123,7 +123,7 @@ class GeneratorQuality(BaseObserver):
         real = fed.dataset.x_test[torch.from_numpy(idx)]
         with torch.no_grad():
             fake = sample(gen, torch.from_numpy(y[idx]), seed=self.run.cfg.seed * 100003 + done)
-        fid = frechet_distance(self.extractor(), real, fake.cpu())
+        fid = frechet_distance(self.extractor(), real, fake)  # it moves them to its device
         self.records.append({"round": done, "task": task, "fid": fid})
         write_jsonl(self.path, self.records)
 

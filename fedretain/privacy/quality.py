@@ -140,10 +140,10 @@ def mean_image_psnr(mean: Tensor | Dataset, targets: Tensor) -> Tensor:
 
 def _as_picture(image: Tensor) -> tuple[np.ndarray, str | None]:
     """(H, W) grey or (H, W, C) colour array for imshow, clipped to [0, 1]."""
-    img = image.detach().float().clamp(0.0, 1.0).cpu()
+    img = image.detach().float().clamp(0.0, 1.0).cpu().numpy()
     if img.shape[0] == 1:
-        return img[0].numpy(), "gray"
-    return img.permute(1, 2, 0).numpy(), None
+        return img[0], "gray"
+    return img.transpose(1, 2, 0), None
 
 
 def save_grid(

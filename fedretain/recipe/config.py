@@ -114,6 +114,13 @@ class Config:
         "one by a measured rule",
     )
     device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
+    deterministic: bool = setting(
+        True,
+        "on a CUDA device: torch's deterministic algorithms and cuDNN kernels, so the same "
+        "config and seed give the same numbers on the same GPU and software; false trades "
+        "that reproducibility for speed (the cost is not measured yet: no GPU); a CPU run is "
+        "deterministic either way and ignores it",
+    )
     precision: str = setting(
         "fp32",
         "fp32; or bf16: the model's forward and backward in local training under bfloat16 "

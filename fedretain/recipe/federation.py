@@ -7,6 +7,7 @@ client or a benchmark needs, and no engine.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+CUBLAS_WORKSPACE = ":4096:8"  # the workspace setting cuBLAS needs for deterministic results
+
+
+def use_deterministic(device: torch.device, deterministic: bool = True) -> None:
+    """Torch's deterministic modes for a run on ``device`` (the config's ``deterministic``),
+    set before the run's first CUDA operation: on a CUDA device, deterministic algorithms (an
+    operation without a deterministic implementation raises), cuDNN's deterministic kernels
+    without benchmarking, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where it is unset (cuBLAS
+    reads it when it creates its handle). The modes belong to the process: they stay on after
+    the run.
+
+    A CPU device, or ``deterministic=False``, changes nothing: a CPU run gives the same numbers
+    for the same config and seed by construction, and the deterministic mode would swap some
+    CPU kernels (and refuse others), changing those numbers."""
+    if device.type != "cuda" or not deterministic:
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
 def local_optimizer(cfg: Config) -> Optimizer:
     """The config's local optimiser (``optimizer`` and ``optimizer.*``)."""
     return OPTIMIZERS.build(cfg.optimizer, cfg.optimizer_params, prefix="optimizer")
@@ -128,6 +151,7 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
+    use_deterministic(device, cfg.deterministic)  # before anything runs on the device
     dataset = load_dataset(cfg.dataset, data_dir or cfg.data_dir or None, **cfg.dataset_params)
     continual = continual_data(cfg, dataset)
     parts = continual.parts_for_round(0) if continual is not None else make_clients(cfg, dataset)
@@ -209,4 +233,5 @@ __all__ = [
     "local_optimizer",
     "make_clients",
     "resolve_device",
+    "use_deterministic",
 ]

@@ -23,8 +23,6 @@ from fedretain.recipe import federation
 from fedretain.recipe.config import Config, describe_settings, make_config, resolved
 from fedretain.recipe.federation import CUBLAS_WORKSPACE, build_federation, use_deterministic
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
 SMALL = {
     "dataset": "digits",
     "model": "mlp",
@@ -148,7 +146,7 @@ def _metrics(path):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(path)]
 
 
-@cuda
+@pytest.mark.cuda
 @pytest.mark.parametrize("engine", ["sequential", "vmap"])
 @pytest.mark.parametrize(
     "model",

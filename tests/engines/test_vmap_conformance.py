@@ -157,7 +157,7 @@ def test_compiled_vmap_reuses_its_graphs_across_chunks_and_rounds():
     assert graphs[-1] <= 4 and graphs[1:] == [graphs[1]] * 4, graphs
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 @pytest.mark.parametrize("engine", ["sequential", "vmap"])
 def test_cuda_engines_match_the_cpu_reference(engine):
     """``device=cuda`` runs unchanged: the GPU's numbers equal the CPU's to float tolerance."""

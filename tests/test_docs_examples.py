@@ -20,6 +20,7 @@ from fedretain.experiments.run import Run, run_experiment
 from fedretain.files import read_json, read_jsonl
 from fedretain.recipe.config import make_config
 from fedretain.registry import kind
+from tests.continual.test_scenario import CI as CONTINUAL  # a 3-task class-incremental run
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC = DOCS / "adding-components.md"
@@ -37,6 +38,12 @@ TINY = {
     "threads": 1,
     "engine": "sequential",
 }
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(folder / "metrics.jsonl")
+    ]
 
 
 def blocks(section: str, doc: Path = DOC) -> list[str]:
@@ -93,13 +100,9 @@ def test_the_documented_engine_trains_as_the_sequential_one(tmp_path, capsys):
         )
     plain = run_experiment(make_config(TINY), tmp_path / "plain")
     assert timed["engine"] == "timed"
-    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in (timed, plain)]
-    rows = [
-        [{k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(p / "metrics.jsonl")]
-        for p in (tmp_path / "timed", tmp_path / "plain")
-    ]
-    assert rows[0] == rows[1]  # the same numbers as the sequential engine
-    assert strip[0]["final_accuracy"] == strip[1]["final_accuracy"]
+    # the same numbers as the sequential engine
+    assert _rows(tmp_path / "timed") == _rows(tmp_path / "plain")
+    assert timed["final_accuracy"] == plain["final_accuracy"]
     assert "round 1: client" in capsys.readouterr().err  # slow=0 reports every client
 
 
@@ -113,11 +116,7 @@ def test_the_documented_store_keeps_states_on_the_host(tmp_path):
         assert 3 in store and len(store) == 1 and store.ids() == [3]
         assert store.nbytes() == 8
     run_experiment(make_config(cfg), tmp_path / "memory")
-    rows = [
-        [{k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(p / "metrics.jsonl")]
-        for p in (tmp_path / "host", tmp_path / "memory")
-    ]
-    assert rows[0] == rows[1]
+    assert _rows(tmp_path / "host") == _rows(tmp_path / "memory")
     assert read_json(tmp_path / "host" / "summary.json")["clients_with_state"] == 4
 
 
@@ -153,26 +152,6 @@ class _Means:
 
     def get(self, setting: str, method: str, metric: str) -> float | None:
         return self.final.get(method) if metric == "final" else None
-
-
-CONTINUAL = {
-    **TINY,
-    "scenario": "class_incremental",
-    "scenario.tasks": 3,
-    "scenario.classes_per_task": 2,
-    "scenario.rounds_per_task": 2,
-    "rounds": 6,
-    "clients": 3,
-    "clients_per_round": 3,
-    "batch_size": 16,
-    "local_steps": 3,
-}
-
-
-def _rows(folder: Path) -> list[dict[str, Any]]:
-    return [
-        {k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(folder / "metrics.jsonl")
-    ]
 
 
 def test_the_documented_continual_method_slows_only_the_first_rounds_of_later_tasks(tmp_path):

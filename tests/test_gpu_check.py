@@ -1,0 +1,135 @@
+"""``benchmarks/gpu_check.py`` (``scripts/gpu_check.sh``), the GPU verification, exercised on
+the CPU: with ``--device cpu`` its conformance compares two CPU runs, which tests the harness
+(the table, the comparison, the n/a cases, the time caps, the exit status); a deliberately
+perturbed run fails; without a CUDA GPU the CUDA check refuses in one line with status 2."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DRIVER = ROOT / "benchmarks" / "gpu_check.py"
+QUICK = ["--device", "cpu", "--quick", "--only", "conformance"]
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check", DRIVER)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(text: str) -> dict[tuple[str, str], list[str]]:
+    """(check, engine) -> [result, detail, seconds] of the markdown table in ``text``."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith(("| check ", "|---")):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            rows[(cells[0], cells[1])] = cells[2:]
+    return rows
+
+
+def test_conformance_on_the_cpu_prints_one_table_of_passing_rows(gpu_check, tmp_path, capsys):
+    args = [*QUICK, "--filter", "fedavg,aggregator=krum", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("| check | engine | result | detail | seconds |") == 1
+    rows = _rows(out)
+    checks = ["conformance: fedavg", "conformance: aggregator=krum"]
+    assert set(rows) == {(c, e) for c in checks for e in ("sequential", "vmap")}
+    for (check, engine), (result, detail, _) in rows.items():
+        assert result == "pass", (check, engine, detail)
+        assert detail.startswith("max \\|Δ\\| params")
+    # the same config on the same engine: bit for bit; the vectorised engine: float rounding
+    assert "params 0.0e+00" in rows[("conformance: fedavg", "sequential")][1]
+    assert "4 passed, 0 failed" in out
+    assert (tmp_path / "table.md").read_text().count("| conformance: ") == 4
+
+
+def test_a_perturbed_run_fails_its_rows_and_the_exit_status(gpu_check, tmp_path, capsys):
+    """--perturb scales the device runs' learning rate: the comparison must catch it."""
+    args = [*QUICK, "--filter", "fedavg", "--perturb", "0.1", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 1
+    rows = _rows(capsys.readouterr().out)
+    for engine in ("sequential", "vmap"):
+        result, detail, _ = rows[("conformance: fedavg", engine)]
+        assert result == "FAIL" and detail.startswith("over 1e-05: params at /x/")
+
+
+def test_a_part_over_its_time_cap_is_stopped_and_fails(gpu_check, tmp_path, capsys):
+    args = [*QUICK, "--filter", "fedavg", "--cap", "conformance=1", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 1
+    result, detail, _ = _rows(capsys.readouterr().out)[("conformance", "")]
+    assert result == "FAIL" and detail.startswith("stopped at its time cap of 1 s after 0 rows")
+
+
+def test_comparison_bounds_every_number_and_the_state(gpu_check):
+    state = {"x": {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor([3])}}
+    records = [{"round": 1, "test_loss": 0.5, "test_accuracy": 0.25, "seconds": 1.0}]
+    ref = {"records": records, "state": state, "summary": {}}
+    close = {"x": {"w": torch.tensor([1.0, 2.0 + 2**-18]), "step": torch.tensor([3])}}
+    slower = [{**records[0], "seconds": 9.0, "test_loss": 0.5 + 2e-6}]
+    ok, detail = gpu_check.compare(ref, {**ref, "state": close, "records": slower}, 1e-5, "all")
+    assert ok and "params 3.8e-06" in detail and "test_loss 2.0e-06" in detail
+    off = {"x": {"w": torch.tensor([1.0, 2.1]), "step": torch.tensor([3])}}
+    ok, detail = gpu_check.compare(ref, {**ref, "state": off}, 1e-5, "all")
+    assert not ok and detail.startswith("over 1e-05: params at /x/w 1.0e-01")
+    step = {"x": {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor([4])}}
+    assert not gpu_check.compare(ref, {**ref, "state": step}, 1e-5, "all")[0]
+    shorter = {**ref, "records": records + records}
+    assert not gpu_check.compare(ref, shorter, 1e-5, "all")[0]
+    # accounting: the losses may differ (the device's noise), the run must stay finite
+    noisy = [{**records[0], "test_loss": 0.9}]
+    assert gpu_check.compare(ref, {**ref, "records": noisy}, 1e-5, "accounting")[0]
+    diverged = [{**records[0], "test_loss": math.nan}]
+    assert not gpu_check.compare(ref, {**ref, "records": diverged}, 1e-5, "accounting")[0]
+    assert gpu_check.number_diff(math.nan, math.nan) == 0.0
+    assert gpu_check.number_diff(None, 0.0) == math.inf
+
+
+def test_refusals_and_fallbacks_are_found_before_running(gpu_check):
+    base = {**gpu_check.BASE, "clients_per_round": 2}
+    refused, _ = gpu_check.precheck({**base, "aggregator": "krum"})
+    assert "krum" in refused or "clients" in refused
+    assert gpu_check.precheck(dict(gpu_check.BASE)) == ("", "")
+    _, fallback = gpu_check.precheck({**gpu_check.BASE, "privacy": "dpsgd"})
+    assert "not vectorisable" in fallback
+    names = [c.name for c in gpu_check.conformance_cases(quick=True)]
+    for name in ("fedavg", "scaffold", "server_opt=adam", "aggregator=bulyan", "privacy=dpsgd σ=0"):
+        assert name in names
+    assert "class_incremental fedcil" in names and "class_incremental fedlwf2t" in names
+    assert "aggregator=mean" not in names
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_without_cuda_the_cuda_check_refuses_in_one_line(gpu_check, capsys):
+    assert gpu_check.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpu_check needs a CUDA GPU")
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
+
+
+@pytest.mark.slow
+def test_every_part_runs_on_the_cpu(gpu_check, tmp_path, capsys):
+    """The whole check at --quick on the CPU (minutes: the presets at --scale ci)."""
+    code = gpu_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert code == 0, [r for r in rows.items() if r[1][0] == "FAIL"]
+    checks = {check.split(":")[0].split(" ")[0] for check, _ in rows}
+    assert {"conformance", "determinism", "fedretain", "preset", "speed"} <= checks

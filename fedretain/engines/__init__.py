@@ -39,4 +39,6 @@ ENGINES.add(
     sequential,
     "one client after another: the reference (workers: clients trained at a time on threads)",
 )
-ENGINES.add("vmap", vmap_engine, "clients trained together under torch.func.vmap (chunk, compile)")
+ENGINES.add(
+    "vmap", vmap_engine, "clients trained together under torch.func.vmap (chunk, compile, devices)"
+)

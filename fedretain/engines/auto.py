@@ -41,6 +41,11 @@ On a CPU the vectorised engine takes :data:`CPU_CHUNK` clients per call unless `
 says otherwise (chunks of 25 and 50 were no faster on the MLP and 1.5x slower on the CNN); on
 CUDA the chunk is sized to memory. The choice and its reason are printed once and written to
 ``summary.json`` (``engine``, ``engine_choice``).
+
+``engine.devices`` (``all`` or a list, see :mod:`fedretain.engines.vmap`) is checked whatever
+the choice and goes to the vectorised engine where the rule picks it (the rule itself looks at
+the run's device only); the sequential engine trains on the run's device, and the choice says
+that the devices are unused.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ import numpy as np
 import torch
 
 from fedretain.engines.sequential import SequentialEngine, draws_random_numbers
-from fedretain.engines.vmap import VmapEngine, vectorisable
+from fedretain.engines.vmap import VmapEngine, parse_devices, vectorisable
 
 COMPILE_CLIENT_STEPS = 50_000
 COMPILE_CLIENT_STEPS_ONE_THREAD = 100_000
@@ -125,27 +130,35 @@ def choose(fed: Any, threads: int | None = None, workers: int = 0) -> tuple[str,
     return "vmap", False, 1, f"{threads} CPU threads; {short} to compile"
 
 
-def auto_engine(fed: Any, chunk: int = 0, workers: int = 0) -> VmapEngine | SequentialEngine:
+def auto_engine(
+    fed: Any, chunk: int = 0, workers: int = 0, devices: str | list[str] | None = None
+) -> VmapEngine | SequentialEngine:
     """``engine=auto``: see the module's rule.
 
     :param chunk: clients per vectorised call where it picks the vectorised engine (0: 10 on a
         CPU, sized to memory on CUDA)
     :param workers: clients trained at a time on threads where it keeps the sequential engine
         (0: one per torch thread on a CPU, 1 with dropout or on CUDA)
+    :param devices: where it picks the vectorised engine, the devices each round's clients are
+        split over: all (every CUDA GPU) or a list such as ["cuda:0", "cuda:1"] (CUDA ones
+        with device=cuda); none: the run's device alone
     """
     if chunk < 0:
         raise ValueError(f"engine.chunk must be >= 0 (0: the rule's), got {chunk}")
     if workers < 0:
         raise ValueError(f"engine.workers must be >= 0 (0: the rule's), got {workers}")
+    split = parse_devices(devices, fed.device)
     name, compiled, workers, why = choose(fed, workers=workers)
     engine: VmapEngine | SequentialEngine
     if name == "vmap":
         size = chunk or (CPU_CHUNK if fed.device.type == "cpu" else 0)
-        engine = VmapEngine(fed.task, size, compiled)
+        engine = VmapEngine(fed.task, size, compiled, split)
         name = f"vmap{' (compiled)' if compiled else ''}, chunk {size or 'sized to memory'}"
+        name += f", on {', '.join(str(d) for d in split)}" if split else ""
     else:
         engine = SequentialEngine(workers)
         name += f", {workers} workers" if workers > 1 else ""
+        name += ", engine.devices unused (the run's device)" if split else ""
     engine.choice = f"{name}: {why}"
     print(f"engine=auto: {engine.choice}")
     return engine

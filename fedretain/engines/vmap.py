@@ -20,13 +20,43 @@ clients and rounds of other step counts used to reach within a round or two.
 An algorithm with ``vectorisable=False``, or a model with BatchNorm (its running statistics
 update in place, which vmap cannot stack), runs on the sequential engine instead, with a
 one-line notice (:func:`vmap_engine`).
+
+**Several devices** (``engine.devices``, :func:`parse_devices`): ``all`` (every visible CUDA
+GPU) or a list such as ``["cuda:0", "cuda:1"]`` splits each round's clients over the devices;
+unset, the round runs on the run's device alone, exactly as without the option. The round's
+clients are cut into chunks as on one device, sized for one device's share (``engine.chunk``,
+at most the share; else by memory), and the chunks go to the devices in turn: chunk ``i`` to
+device ``i mod D``, so that a *wave* of ``D`` consecutive chunks, one per device, is a
+contiguous block of the round's order. For each wave the engine (1) copies each chunk's client
+states, data, mini-batch plans and the round's downlink (once per device and round) to its
+device, (2) issues every device's local steps, and only then (3) moves the results (uplinks,
+losses, client states, local models) back to the run's device and yields them in the round's
+order. CUDA kernels are asynchronous, so the devices compute at the same time while the host
+issues the next device's steps and, in (3), waits for the first; copies onto a CUDA device are
+``non_blocking`` (ordered on the streams; host memory is only read), copies to the CPU block,
+as the host reads them at once. A device's results are kept until its wave is gathered, so at
+most one chunk per device is in flight. Each client's numbers are those of the one-device run
+up to summation order; on a CPU with a fixed ``engine.chunk`` (at most the share) they are the
+very same, chunks and order included. CUDA devices need ``device=cuda`` for the run (where the
+results are gathered, and whose deterministic settings apply to every GPU); ``cpu`` entries are
+allowed anywhere (tests). With ``compile=True`` each device compiles its own graphs.
+
+Random numbers: no vectorisable algorithm draws any in its local step (those that do, DP-SGD
+and the generative-replay methods, run sequentially); a model with dropout does, from the
+default generator of the device the chunk runs on (``randomness="different"``: one mask per
+client). Over CPU devices that is the one generator, drawn in the one-device run's order: the
+same masks. Over several CUDA devices each GPU draws from its own generator (all seeded alike
+by the run's seed), so the masks, and with them the numbers, differ from the one-device run's,
+reproducibly for the same devices and chunk size. The one-device engine's masks depend on the
+chunk size in the same way (a chunk's clients draw together, step by step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +70,7 @@ from fedretain.core.task import Task
 from fedretain.core.tree import Tree, tree_map, tree_stack
 from fedretain.engines.round import Clients, Trained, Work, local_model
 from fedretain.engines.sequential import SequentialEngine
+from fedretain.errors import ConfigError
 
 
 def _keep_live(alive: Tensor, new: Tree, old: Tree) -> Tree:
@@ -79,9 +110,18 @@ class VmapEngine:
     store = None  # the run's store keeps the client states
     remote = False
 
-    def __init__(self, task: Task, chunk: int = 0, compile: bool = False) -> None:
+    def __init__(
+        self,
+        task: Task,
+        chunk: int = 0,
+        compile: bool = False,
+        devices: Sequence[torch.device] | None = None,
+    ) -> None:
         self.chunk = chunk
         self.compile = compile
+        # several devices: the round's clients split over them (module docstring); None: the
+        # run's device alone
+        self.devices = list(devices) if devices else None
         self.vtask = replace(task, functional=True)
         self._largest: tuple[Clients, int] | None = None  # (clients, their largest size)
         self._step_fns: tuple[Algorithm, Any, Any] | None = None  # see _steps
@@ -95,10 +135,46 @@ class VmapEngine:
         return int(max(1, min(num, (1 << 30) // max(per_client, 1))))
 
     def train(self, work: Work) -> Iterator[Trained]:
+        if self.devices is not None:
+            yield from self._train_split(work, self.devices)
+            return
         size = self.chunk_size(len(work.info.clients))
         for start in range(0, len(work.info.clients), size):
             cids = list(work.info.clients[start : start + size])
             yield self.train_chunk(work, cids)
+
+    def waves(self, clients: Sequence[int]) -> list[list[tuple[torch.device, list[int]]]]:
+        """The round's ``clients`` over :attr:`devices`: chunks sized for one device's share,
+        chunk ``i`` on device ``i mod D``; each wave (one chunk per device) a contiguous block of
+        the round's order."""
+        devices = self.devices or []
+        clients = list(clients)
+        size = self.chunk_size(-(-len(clients) // max(len(devices), 1)))
+        chunks = [clients[s : s + size] for s in range(0, len(clients), size)]
+        return [
+            list(zip(devices, chunks[first : first + len(devices)], strict=False))
+            for first in range(0, len(chunks), len(devices))
+        ]
+
+    def _train_split(self, work: Work, devices: list[torch.device]) -> Iterator[Trained]:
+        """The round over several devices, one wave at a time: every device's chunk copied
+        over, then every device's steps issued, then the results gathered on the run's device
+        in the round's order (see the module docstring)."""
+        home = work.clients.device
+        downlinks: dict[torch.device, Tree] = {}  # the round's downlink on each device
+        for wave in self.waves(work.info.clients):
+            chunks = []
+            for device, cids in wave:
+                with _current(device):
+                    if device not in downlinks:
+                        downlinks[device] = _moved(work.downlink, device)
+                    chunks.append(self._inputs(work, cids, device, downlinks[device]))
+            issued = []
+            for chunk in chunks:  # asynchronous on CUDA: the devices work at the same time
+                with _current(chunk.device):
+                    issued.append(self._compute(work, chunk))
+            for trained in issued:
+                yield _gathered(trained, home)
 
     def close(self) -> None:
         """Nothing to release."""
@@ -107,7 +183,8 @@ class VmapEngine:
         self, clients: Clients, algo: Algorithm, cids: list[int], info: RoundInfo
     ) -> tuple[Tensor, Tensor, Tensor, list[bool]]:
         """Padded batch indices (K, T, B), sample weights (K, T, B), live steps (K, T), and
-        for each step whether every client takes it (known on the host, so no device sync)."""
+        for each step whether every client takes it (known on the host, so no device sync);
+        on the clients' device."""
         plans = [clients.plan(c, info, algo) for c in cids]
         steps = max(len(p) for p in plans)
         width = max(len(b) for p in plans for b in p)
@@ -197,12 +274,24 @@ class VmapEngine:
     def train_chunk(self, work: Work, cids: list[int]) -> Trained:
         """Local training of a chunk: stacked uplinks, mean losses (K,), stacked client states
         and, when the round keeps them, the stacked local models."""
-        algo, task, clients, info = work.algorithm, self.vtask, work.clients, work.info
-        downlink = work.downlink
-        data = self._data(clients, cids, self._length(clients))
-        idx, wts, live, all_live = self._plans(clients, algo, cids, info)
-        client_states = tree_stack([work.state(c) for c in cids])
-        sizes = torch.tensor([clients.size(c) for c in cids], device=clients.device)
+        return self._compute(work, self._inputs(work, cids, work.clients.device, work.downlink))
+
+    def _inputs(self, work: Work, cids: list[int], device: torch.device, downlink: Tree) -> _Chunk:
+        """A chunk's inputs on ``device``: client data, mini-batch plans, stacked client states
+        and their sizes (``downlink``: the round's, already on ``device``)."""
+        clients = work.clients
+        here = clients if device == clients.device else replace(clients, device=device)
+        data = self._data(here, cids, self._length(clients))
+        idx, wts, live, all_live = self._plans(here, work.algorithm, cids, work.info)
+        client_states = _moved(tree_stack([work.state(c) for c in cids]), device)
+        sizes = torch.tensor([clients.size(c) for c in cids], device=device)
+        return _Chunk(cids, device, downlink, data, idx, wts, live, all_live, client_states, sizes)
+
+    def _compute(self, work: Work, chunk: _Chunk) -> Trained:
+        """Local training of a chunk on its device (:meth:`train_chunk`)."""
+        algo, task, info = work.algorithm, self.vtask, work.info
+        cids, downlink, data, sizes = chunk.cids, chunk.downlink, chunk.data, chunk.sizes
+        client_states, all_live = chunk.client_states, chunk.all_live
 
         def ctx_of(num: Tensor, d: Tree) -> ClientContext:
             return ClientContext(task=task, info=info, client_id=-1, num_samples=num, data=d)
@@ -218,8 +307,8 @@ class VmapEngine:
         if self.compile:  # the same strides every step (init's may broadcast), no recompiling
             state = tree_map(lambda x: _dense(x) if isinstance(x, Tensor) else x, state)
         # step-major, so that each step's slice has the same strides whatever the step count
-        idx, wts, live = (_dense(a.transpose(0, 1)) for a in (idx, wts, live))
-        loss_sum = torch.zeros(len(cids), device=clients.device)
+        idx, wts, live = (_dense(a.transpose(0, 1)) for a in (chunk.idx, chunk.wts, chunk.live))
+        loss_sum = torch.zeros(len(cids), device=chunk.device)
         for t in range(idx.shape[0]):
             if all_live[t]:  # every client of the chunk takes this step: no masking needed
                 state, loss = vstep(state, sizes, data, idx[t], wts[t], info)
@@ -236,24 +325,141 @@ class VmapEngine:
         )
 
 
+@dataclass
+class _Chunk:
+    """A chunk's inputs on its device (:meth:`VmapEngine._inputs`)."""
+
+    cids: list[int]
+    device: torch.device
+    downlink: Tree
+    data: Tree
+    idx: Tensor  # (K, T, B) batch indices
+    wts: Tensor  # (K, T, B) sample weights
+    live: Tensor  # (K, T) live steps
+    all_live: list[bool]  # per step: whether every client takes it
+    client_states: Tree
+    sizes: Tensor
+
+
+def _current(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """``device`` as torch's current CUDA device (for what a step allocates without naming a
+    device); nothing for a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.device(device)
+    return contextlib.nullcontext()
+
+
+def _to(x: Tensor, device: torch.device) -> Tensor:
+    """``x`` on ``device`` (itself when it is there). A copy onto a CUDA device is
+    ``non_blocking``: it is ordered on the CUDA streams, and its source is only read; a copy to
+    the CPU blocks, as the host may read it at once."""
+    return x.to(device, non_blocking=device.type == "cuda")
+
+
+def _moved(tree: Tree, device: torch.device) -> Tree:
+    """``tree`` on ``device``, leaf by leaf (:func:`_to`)."""
+    return tree_map(lambda v: _to(v, device), tree)
+
+
+def _gathered(trained: Trained, home: torch.device) -> Trained:
+    """A chunk's results moved to the run's device ``home``."""
+    assert trained.uplinks is not None and trained.losses is not None
+    return Trained(
+        clients=trained.clients,
+        uplinks=_moved(trained.uplinks, home),
+        losses=_to(trained.losses, home),
+        states=None if trained.states is None else _moved(trained.states, home),
+        models=None if trained.models is None else _moved(trained.models, home),
+    )
+
+
 def _dense(x: Tensor) -> Tensor:
     """``x`` copied with row-major strides, size-1 dimensions included (``contiguous()`` keeps
     any stride there, and a compiled graph is specialised on strides)."""
     return x.clone(memory_format=torch.contiguous_format)
 
 
-def vmap_engine(fed: Any, chunk: int = 0, compile: bool = False) -> VmapEngine | SequentialEngine:
+def parse_devices(devices: Any, home: torch.device) -> list[torch.device] | None:
+    """``engine.devices`` as a list of devices, or None (unset: the run's device ``home``
+    alone). ``all``: every visible CUDA GPU; a list (or comma-separated text) of ``cpu``,
+    ``cuda`` and ``cuda:N`` entries. CUDA entries need CUDA and a run on ``device=cuda``.
+    Anything else is a one-line :class:`~fedretain.errors.ConfigError` naming the fix."""
+    if devices is None:
+        return None
+    usage = 'write engine.devices=all or a list such as ["cuda:0", "cuda:1"]'
+    if isinstance(devices, str) and devices.strip().lower() == "all":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(
+                "engine.devices=all asks for every CUDA GPU, but torch finds none; leave "
+                "engine.devices unset to train on the run's device"
+            )
+        out = [_device(f"cuda:{k}", usage) for k in range(count)]
+    else:
+        names = devices
+        if isinstance(devices, str):  # cpu,cuda:0 from the command line; "" names nothing
+            names = devices.split(",") if devices.strip() else []
+        if not isinstance(names, list | tuple) or not names:
+            raise ConfigError(
+                f"engine.devices={devices!r} names no device; {usage}, or leave it unset "
+                "for the run's device"
+            )
+        out = [_device(name, usage) for name in names]
+    if home.type == "cpu" and any(d.type == "cuda" for d in out):
+        raise ConfigError(
+            "engine.devices lists CUDA devices but the run's device is the CPU; add "
+            "device=cuda (the results are gathered there, and its deterministic settings "
+            "cover every GPU)"
+        )
+    return out
+
+
+def _device(name: Any, usage: str) -> torch.device:
+    """One entry of ``engine.devices``: ``cpu``, ``cuda`` or ``cuda:N`` (checked against the
+    GPUs torch sees)."""
+    text = name.strip().lower() if isinstance(name, str) else ""
+    kind, _, index = text.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise ConfigError(
+            f"engine.devices: {name!r} is not a device (cpu, cuda or cuda:N); {usage}"
+        )
+    if kind == "cpu":
+        return torch.device(kind)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(
+            f"engine.devices lists {name}, but torch finds no CUDA GPU; list cpu entries "
+            "only, or leave engine.devices unset to train on the run's device"
+        )
+    k = int(index) if index else torch.cuda.current_device()
+    if k >= count:
+        raise ConfigError(
+            f"engine.devices lists {kind}:{k}, but torch finds {count} CUDA GPU(s) (cuda:0 to "
+            f"cuda:{count - 1}); list only those, or write engine.devices=all for every one"
+        )
+    return torch.device(kind, k)
+
+
+def vmap_engine(
+    fed: Any, chunk: int = 0, compile: bool = False, devices: str | list[str] | None = None
+) -> VmapEngine | SequentialEngine:
     """``engine=vmap``: the vectorised engine, or the sequential one (with a one-line notice)
     when the algorithm or the model cannot be vectorised.
 
-    :param chunk: clients trained together per vectorised call (0: sized to memory)
+    :param chunk: clients trained together per vectorised call (0: sized to memory); with
+        several devices, per call on each device
     :param compile: compile the vectorised step with torch.compile: seconds in the first round,
         faster over long runs
+    :param devices: the devices each round's clients are split over: all (every CUDA GPU) or
+        a list such as ["cuda:0", "cuda:1"] (CUDA ones with device=cuda; cpu entries too);
+        none: the run's device alone
     """
     if chunk < 0:
         raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
+    split = parse_devices(devices, fed.device)
     why = vectorisable(fed.algorithm, fed.task.model)
     if why:
-        print(f"note: engine=vmap runs sequentially: {why}", file=sys.stderr)
+        unused = "; engine.devices is unused: it trains on the run's device" if split else ""
+        print(f"note: engine=vmap runs sequentially: {why}{unused}", file=sys.stderr)
         return SequentialEngine()
-    return VmapEngine(fed.task, chunk, compile)
+    return VmapEngine(fed.task, chunk, compile, split)

@@ -45,21 +45,28 @@ _EXPORTS = {
 }
 
 
-def flower_factory(fed: Any, client_cpus: float = 1.0, reply_timeout: float = 300.0) -> Any:
+def flower_factory(
+    fed: Any, client_cpus: float = 1.0, client_gpus: float = 0.0, reply_timeout: float = 300.0
+) -> Any:
     """``engine=flower``: a FlowerEngine for the federation ``fed`` (Flower loads only now).
 
     :param client_cpus: CPUs Flower's simulation gives each client
+    :param client_gpus: GPUs (a share, e.g. 0.5, or a whole number) Flower's simulation gives
+        each client, which then trains on CUDA; 0: clients train on the CPU
     :param reply_timeout: seconds a round waits for the clients' replies
     """
     from fedretain.flower.engine import flower
 
-    return flower(fed, client_cpus=client_cpus, reply_timeout=reply_timeout)
+    return flower(
+        fed, client_cpus=client_cpus, reply_timeout=reply_timeout, client_gpus=client_gpus
+    )
 
 
 ENGINES.add(
     "flower",
     flower_factory,
-    "clients as Flower ClientApps: own simulation (Ray) or SuperNodes (client_cpus, reply_timeout)",
+    "clients as Flower ClientApps: own simulation (Ray) or SuperNodes "
+    "(client_cpus, client_gpus, reply_timeout)",
     check=check_options,
 )
 

@@ -8,7 +8,9 @@ optional ``data-dir`` overrides the config's ``data_dir`` on that node), rebuild
 federation from the configuration exactly as a run does
 (:func:`~fedretain.recipe.federation.build_federation`, cached per process), and trains with
 :func:`~fedretain.engines.round.train_client` (same seeded mini-batches, same code), so a
-client's update is the one the sequential engine computes.
+client's update is the one the sequential engine computes. It trains on the CPU, or on CUDA
+with ``engine.client_gpus > 0`` (:func:`~fedretain.flower.options.client_device`: the GPU Ray
+gives its actor, or its node's first), whatever the server half's ``device``.
 
 Per-client state (SCAFFOLD's ``c_i``, GradMA-W's ``x_prev``) lives in ``context.state``, in
 two parts: the committed state and the state after the client's latest round. The next message
@@ -26,6 +28,7 @@ A ``fedretain.state`` record in a ``train`` message replaces the client's state 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -70,7 +73,10 @@ _FEDERATIONS: dict[tuple[str, str], Federation] = {}
 
 
 def federation_of(text: str, context: Context) -> Federation:
-    """The federation of this configuration on this node (one kept per process: the latest)."""
+    """The federation of this configuration on this node (one kept per process: the latest),
+    on the clients' device (:func:`~fedretain.flower.options.client_device`: CUDA with
+    ``engine.client_gpus > 0``, else the CPU)."""
+    from fedretain.flower.options import client_device
     from fedretain.recipe.config import config_from_text
     from fedretain.recipe.federation import build_federation
 
@@ -78,7 +84,11 @@ def federation_of(text: str, context: Context) -> Federation:
     key = (text, data_dir)
     if key not in _FEDERATIONS:
         _FEDERATIONS.clear()
-        _FEDERATIONS[key] = build_federation(config_from_text(text), data_dir or None)
+        cfg = config_from_text(text)
+        device = client_device(cfg)
+        if device != cfg.device:  # the server half's device: the clients train elsewhere
+            cfg = replace(cfg, device=device)
+        _FEDERATIONS[key] = build_federation(cfg, data_dir or None)
     return _FEDERATIONS[key]
 
 
@@ -104,7 +114,7 @@ def _train(msg: Message, context: Context) -> Message:
     import numpy as np
     import torch
 
-    from fedretain.core.tree import tree_allfinite
+    from fedretain.core.tree import tree_allfinite, tree_map
     from fedretain.engines.round import client_state, diverged, keeps_old_state, train_client
     from fedretain.flower.records import (
         payload_to_records,
@@ -127,8 +137,11 @@ def _train(msg: Message, context: Context) -> Message:
     if header.threads > 0 and torch.get_num_threads() != header.threads:
         torch.set_num_threads(header.threads)
     algorithm, clients = fed.algorithm, fed.clients_for_round(info.round)  # a continual task's
-    downlink = records_to_payload(msg.content, algorithm.downlink_keys)
-    stored = record_to_tree(committed)
+    # records arrive on the host: onto the clients' device (nothing to do on a CPU)
+    downlink = tree_map(
+        lambda v: v.to(fed.device), records_to_payload(msg.content, algorithm.downlink_keys)
+    )
+    stored = tree_map(lambda v: v.to(fed.device), record_to_tree(committed))
     state = client_state(algorithm, stored, downlink)
     # torch's RNG (dropout, random augmentations) seeded by (seed, round, client): the same run
     # gives the same numbers whichever process trains which client

@@ -21,7 +21,9 @@ A lost client is treated exactly like a client that was not sampled: server-side
 ClientApp commits a new state only once the server has accepted the reply: :meth:`accept`).
 
 With no federation the engine starts Flower's simulation engine (Ray) itself, at its first
-round, and stops it in :meth:`close` (the run calls it at its end); inside
+round, and stops it in :meth:`close` (the run calls it at its end), with ``engine.client_cpus``
+CPUs and ``engine.client_gpus`` GPUs per client (with GPUs the ClientApps train on CUDA, the
+server half stays on the run's device: :mod:`.options`); inside
 ``with connected(federation)`` it uses the given Grid (the ServerApp of :mod:`.app` on real
 SuperNodes). :class:`~fedretain.flower.strategy.AlgorithmStrategy` drives the same messages
 from Flower's own loop (:meth:`messages`, :meth:`decode`, :meth:`accept`).
@@ -50,6 +52,7 @@ from fedretain.flower.federation import (
     error_text,
     exchange,
 )
+from fedretain.flower.options import check_gpus
 from fedretain.flower.protocol import (
     DIVERGED,
     QUERY_STATE,
@@ -103,8 +106,10 @@ class FlowerEngine:
     ``config_text`` is the run's resolved configuration (TOML): the clients rebuild data, model
     and algorithm from it. ``federation``: the Grid to use; default: the one of an enclosing
     :func:`~fedretain.flower.federation.connected` block, else a simulation of
-    ``num_clients`` nodes (Ray, ``client_cpus`` CPUs per client) started at the first round and
-    stopped by :meth:`close`.
+    ``num_clients`` nodes (Ray, ``client_cpus`` CPUs and ``client_gpus`` GPUs per client)
+    started at the first round and stopped by :meth:`close`. Where the clients train follows
+    the configuration (:func:`~fedretain.flower.options.client_device`); a simulation asking for
+    GPUs the machine lacks is refused here, when the engine is built, before Ray starts.
     """
 
     name = "flower"
@@ -119,14 +124,18 @@ class FlowerEngine:
         reply_timeout: float = 300.0,
         federation: SuperNodes | None = None,
         device: torch.device = CPU,
+        client_gpus: float = 0.0,
     ) -> None:
         if not client_cpus > 0:
             raise ValueError(f"client_cpus must be > 0, got {client_cpus}")
+        if not client_gpus >= 0:
+            raise ValueError(f"client_gpus must be >= 0, got {client_gpus}")
         if not reply_timeout > 0:
             raise ValueError(f"reply_timeout must be > 0, got {reply_timeout}")
         self.config_text = config_text
         self.num_clients = num_clients
         self.client_cpus = float(client_cpus)
+        self.client_gpus = float(client_gpus)
         self.reply_timeout = float(reply_timeout)
         self.device = device
         self.run_tag = uuid.uuid4().hex[:16]  # names this run's client states on the nodes
@@ -134,6 +143,8 @@ class FlowerEngine:
         self.store.device = device
         self.accepted: dict[int, int] = {}  # client -> round of its last accepted reply
         self.federation = federation or current_federation()
+        if self.federation is None:  # an own simulation: Ray would wait forever for GPUs
+            check_gpus(self.client_gpus)
         self.simulation: Any = None  # a FlowerSimulation this engine started
         self.nodes: NodeMap | None = None
         self.startup_seconds = 0.0  # simulation start and node discovery
@@ -154,7 +165,9 @@ class FlowerEngine:
         if self.federation is None:
             from fedretain.flower.simulation import FlowerSimulation
 
-            self.simulation = FlowerSimulation(self.num_clients, client_cpus=self.client_cpus)
+            self.simulation = FlowerSimulation(
+                self.num_clients, client_cpus=self.client_cpus, client_gpus=self.client_gpus
+            )
             self._finalizer = weakref.finalize(self, self.simulation.close)
             self.federation = self.simulation.start()
             self.store.hand_back()  # a new simulation's nodes start empty
@@ -334,7 +347,9 @@ class FlowerEngine:
         return out
 
 
-def flower(fed: Any, client_cpus: float = 1.0, reply_timeout: float = 300.0) -> FlowerEngine:
+def flower(
+    fed: Any, client_cpus: float = 1.0, reply_timeout: float = 300.0, client_gpus: float = 0.0
+) -> FlowerEngine:
     """``engine=flower`` for the federation ``fed`` (a :class:`~fedretain.recipe.Federation`):
     its configuration goes to the clients."""
     return FlowerEngine(
@@ -343,6 +358,7 @@ def flower(fed: Any, client_cpus: float = 1.0, reply_timeout: float = 300.0) -> 
         client_cpus=client_cpus,
         reply_timeout=reply_timeout,
         device=fed.device,
+        client_gpus=client_gpus,
     )
 
 

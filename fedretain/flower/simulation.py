@@ -11,7 +11,13 @@ ends the ServerApp, which stops Ray and every actor process::
 
 Each virtual SuperNode ``k`` has node config ``partition-id = k``; ClientApps run in Ray actors
 with ``client_cpus`` CPUs each (Ray gets every CPU of the machine unless ``total_cpus`` says
-otherwise), and each actor's torch uses ``max(1, int(client_cpus))`` threads.
+otherwise), and each actor's torch uses ``max(1, int(client_cpus))`` threads. With
+``client_gpus > 0`` each actor also holds that share of a GPU (a fraction, such as 0.5 for two
+clients per GPU, or a whole number), Ray gets every GPU torch sees, and Ray's
+``CUDA_VISIBLE_DEVICES`` shows the actor its own GPU as ``cuda``, where the ClientApp trains
+when the run's ``engine.client_gpus`` asks for it
+(:func:`~fedretain.flower.options.client_device`). Asking for GPUs the machine lacks is
+refused before Ray starts (Ray would wait for them forever).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedretain.errors import FedRetainError
 from fedretain.flower.federation import SuperNodes
+from fedretain.flower.options import check_gpus
 from fedretain.flower.processes import tree_rss_kb
 
 if TYPE_CHECKING:
@@ -64,13 +71,18 @@ class FlowerSimulation:
         client_app: ClientApp | None = None,
         verbose: bool = False,
         start_timeout: float = 300.0,
+        client_gpus: float = 0.0,
     ) -> None:
         if num_supernodes < 1:
             raise ValueError(f"num_supernodes must be >= 1, got {num_supernodes}")
         if not client_cpus > 0:
             raise ValueError(f"client_cpus must be > 0, got {client_cpus}")
+        if not client_gpus >= 0:
+            raise ValueError(f"client_gpus must be >= 0, got {client_gpus}")
+        check_gpus(client_gpus)
         self.num_supernodes = num_supernodes
         self.client_cpus = float(client_cpus)
+        self.client_gpus = float(client_gpus)
         self.total_cpus = total_cpus or os.cpu_count() or 1
         self.client_app = client_app
         self.verbose = verbose
@@ -92,27 +104,37 @@ class FlowerSimulation:
 
         return app
 
+    def backend_config(self) -> dict[str, Any]:
+        """The Ray backend's configuration: Ray's own cluster of ``total_cpus`` CPUs (and, with
+        ``client_gpus > 0``, every GPU torch sees), ``client_cpus`` CPUs and ``client_gpus``
+        GPUs per ClientApp actor."""
+        init_args: dict[str, Any] = {
+            "num_cpus": self.total_cpus,
+            "address": "local",  # a cluster of our own, never one found on the machine
+            "logging_level": "WARNING" if self.verbose else "ERROR",
+            "log_to_driver": self.verbose,
+        }
+        if self.client_gpus > 0:
+            import torch
+
+            init_args["num_gpus"] = torch.cuda.device_count()
+        return {
+            "init_args": init_args,
+            "client_resources": {"num_cpus": self.client_cpus, "num_gpus": self.client_gpus},
+        }
+
     def _run(self) -> None:
         from flwr.simulation import run_simulation
 
         from fedretain.flower.client import client_app
 
-        backend = {
-            "init_args": {
-                "num_cpus": self.total_cpus,
-                "address": "local",  # a cluster of our own, never one found on the machine
-                "logging_level": "WARNING" if self.verbose else "ERROR",
-                "log_to_driver": self.verbose,
-            },
-            "client_resources": {"num_cpus": self.client_cpus, "num_gpus": 0.0},
-        }
         try:
             run_simulation(
                 server_app=self._server_app(),
                 client_app=self.client_app or client_app,
                 num_supernodes=self.num_supernodes,
                 backend_name="ray",
-                backend_config=backend,
+                backend_config=self.backend_config(),
                 verbose_logging=self.verbose,
             )
         except BaseException as e:  # reported by start() or close()

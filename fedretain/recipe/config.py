@@ -116,10 +116,10 @@ class Config:
     device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
     deterministic: bool = setting(
         True,
-        "on a CUDA device: torch's deterministic algorithms and cuDNN kernels, so the same "
-        "config and seed give the same numbers on the same GPU and software; false trades "
-        "that reproducibility for speed (the cost is not measured yet: no GPU); a CPU run is "
-        "deterministic either way and ignores it",
+        "on a CUDA device: torch's deterministic algorithms and cuDNN kernels, float32 "
+        "convolutions without TF32, so the same config and seed give the same numbers on the "
+        "same GPU and software; false gives torch's fast defaults (the cost is not measured "
+        "yet: no GPU); a CPU run is deterministic either way and ignores it",
     )
     precision: str = setting(
         "fp32",
@@ -366,13 +366,18 @@ def make_config(values: dict[str, Any]) -> Config:
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     """The file's settings, then the overrides. An override that chooses another component
     (``partition=iid`` over a file's ``[partition]`` table) replaces the file's options of it."""
+    return make_config(config_values(path, overrides))
+
+
+def config_values(path: str | Path | None = None, overrides: list[str] | None = None) -> dict:
+    """The flat (dotted) settings :func:`load_config` builds its :class:`Config` from."""
     values = load_toml(path) if path else {}
     changes = parse_overrides(overrides or [])
     for prefix, comp in COMPONENTS.items():
         name = comp.name_field
         if name in changes and name in values and changes[name] != values[name]:
             values = {k: v for k, v in values.items() if not k.startswith(prefix + ".")}
-    return make_config({**values, **changes})
+    return {**values, **changes}
 
 
 def _positive(cfg: Config, *keys: str, minimum: float = 1) -> None:

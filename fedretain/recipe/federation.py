@@ -87,22 +87,30 @@ CUBLAS_WORKSPACE = ":4096:8"  # the workspace setting cuBLAS needs for determini
 
 
 def use_deterministic(device: torch.device, deterministic: bool = True) -> None:
-    """Torch's deterministic modes for a run on ``device`` (the config's ``deterministic``),
-    set before the run's first CUDA operation: on a CUDA device, deterministic algorithms (an
-    operation without a deterministic implementation raises), cuDNN's deterministic kernels
-    without benchmarking, and ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where it is unset (cuBLAS
-    reads it when it creates its handle). The modes belong to the process: they stay on after
-    the run.
+    """Torch's modes for a run on ``device`` (the config's ``deterministic``), set before the
+    run's first CUDA operation, both ways (the modes belong to the process: an earlier run's
+    must not carry over).
 
-    A CPU device, or ``deterministic=False``, changes nothing: a CPU run gives the same numbers
-    for the same config and seed by construction, and the deterministic mode would swap some
-    CPU kernels (and refuse others), changing those numbers."""
-    if device.type != "cuda" or not deterministic:
+    On a CUDA device, ``deterministic=True``: deterministic algorithms (an operation without a
+    deterministic implementation raises), cuDNN's deterministic kernels without benchmarking,
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` where it is unset (cuBLAS reads it when it creates its
+    handle), and float32 convolutions and matrix products in float32 (no TF32, which cuDNN
+    otherwise uses for convolutions: ~1e-3 from the CPU's numbers), so that a run repeats
+    itself and agrees with the CPU to float32 rounding. ``deterministic=False``: torch's fast
+    defaults (nondeterministic kernels allowed, cuDNN benchmarking and TF32 convolutions).
+
+    A CPU device changes nothing: a CPU run gives the same numbers for the same config and seed
+    by construction, and the deterministic mode would swap some CPU kernels (and refuse others),
+    changing those numbers."""
+    if device.type != "cuda":
         return
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-    torch.use_deterministic_algorithms(True, warn_only=False)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(deterministic, warn_only=False)
+    torch.backends.cudnn.deterministic = deterministic
+    torch.backends.cudnn.benchmark = not deterministic
+    torch.backends.cudnn.allow_tf32 = not deterministic
+    torch.backends.cuda.matmul.allow_tf32 = False  # torch's default: float32 products
 
 
 def local_optimizer(cfg: Config) -> Optimizer:

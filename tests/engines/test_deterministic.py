@@ -37,12 +37,14 @@ SMALL = {
 ENV = "CUBLAS_WORKSPACE_CONFIG"
 
 
-def _modes() -> tuple[bool, bool, bool, bool, str | None]:
+def _modes() -> tuple[bool, bool, bool, bool, bool, bool, str | None]:
     return (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
         torch.backends.cudnn.deterministic,
         torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cuda.matmul.allow_tf32,
         os.environ.get(ENV),
     )
 
@@ -51,7 +53,7 @@ def _modes() -> tuple[bool, bool, bool, bool, str | None]:
 def torch_modes():
     """Torch's deterministic modes and ``CUBLAS_WORKSPACE_CONFIG`` as before the test, the
     variable unset during it."""
-    algorithms, warn_only, cudnn_deterministic, cudnn_benchmark, env = _modes()
+    algorithms, warn_only, cudnn_deterministic, cudnn_benchmark, conv_tf32, mm_tf32, env = _modes()
     os.environ.pop(ENV, None)
     try:
         yield
@@ -59,6 +61,8 @@ def torch_modes():
         torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
         torch.backends.cudnn.deterministic = cudnn_deterministic
         torch.backends.cudnn.benchmark = cudnn_benchmark
+        torch.backends.cudnn.allow_tf32 = conv_tf32
+        torch.backends.cuda.matmul.allow_tf32 = mm_tf32
         os.environ.pop(ENV, None)
         if env is not None:
             os.environ[ENV] = env
@@ -99,8 +103,9 @@ def test_a_cpu_device_changes_nothing_whatever_the_modes_are(torch_modes):
 def test_a_cuda_device_turns_the_modes_on(torch_modes, name):
     torch.backends.cudnn.benchmark = True
     torch.use_deterministic_algorithms(False)
+    torch.backends.cuda.matmul.allow_tf32 = True
     use_deterministic(torch.device(name), True)
-    assert _modes() == (True, False, True, False, CUBLAS_WORKSPACE)
+    assert _modes() == (True, False, True, False, False, False, CUBLAS_WORKSPACE)
 
 
 def test_a_cublas_setting_already_made_is_kept(torch_modes):
@@ -109,10 +114,11 @@ def test_a_cublas_setting_already_made_is_kept(torch_modes):
     assert os.environ[ENV] == ":16:8" and torch.are_deterministic_algorithms_enabled()
 
 
-def test_deterministic_false_leaves_torch_defaults_on_cuda(torch_modes):
-    before = _modes()
+def test_deterministic_false_turns_an_earlier_runs_modes_off_on_cuda(torch_modes):
+    use_deterministic(torch.device("cuda"), True)  # an earlier run of the same process
     use_deterministic(torch.device("cuda"), False)
-    assert _modes() == before
+    # torch's fast defaults: nondeterministic kernels, cuDNN benchmarking, TF32 convolutions
+    assert _modes() == (False, False, False, True, True, False, CUBLAS_WORKSPACE)
 
 
 class _Stop(Exception):
@@ -137,9 +143,9 @@ def test_a_cuda_federation_sets_the_modes_before_using_the_device(
     with pytest.raises(_Stop):
         build_federation(make_config({**SMALL, "device": "cuda", "deterministic": deterministic}))
     if deterministic:
-        assert seen == [(True, False, True, False, CUBLAS_WORKSPACE)]
+        assert seen == [(True, False, True, False, False, False, CUBLAS_WORKSPACE)]
     else:
-        assert seen == [before]
+        assert seen == [(False, False, False, True, True, False, before[-1])]
 
 
 def _metrics(path):

@@ -1,4 +1,5 @@
-"""The ``fedretain`` command line: run, validate, compare, partition, list, privacy, reproduce.
+"""The ``fedretain`` command line: run, validate, compare, partition, list, privacy, reproduce,
+sweep.
 
 Errors the user can fix print one line (``error: ...``) and exit with status 2.
 """
@@ -11,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from fedretain.errors import FedRetainError, os_error_message
 
@@ -157,11 +159,71 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         raise ConfigError("reproduce needs a preset NAME before its KEY=VALUE settings")
     if not args.out:
         raise ConfigError("reproduce needs --out DIR for its runs and report")
-    done = reproduce(names, args.out, args.scale, args.seeds, args.jobs, args.data_dir, extra)
+    done = reproduce(
+        names,
+        args.out,
+        args.scale,
+        args.seeds,
+        args.jobs,
+        args.data_dir,
+        extra,
+        cluster=_cluster_of(args),
+    )
     if done.diverged or done.failed:  # the report is written, but some rows have no result
         print(f"error: {done.problem()}", file=sys.stderr)
         return 1
     return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from fedretain.errors import ConfigError
+    from fedretain.experiments.sweep import parse_axis, sweep
+
+    config, overrides = _config_and_overrides(None, args.items)
+    if not args.grid:
+        raise ConfigError("sweep needs at least one --grid KEY=v1,v2,... (e.g. --grid lr=0.05,0.1)")
+    axes = [parse_axis(g) for g in args.grid]
+    _, lost = sweep(
+        config, overrides, axes, args.out, args.seeds, args.jobs, cluster=_cluster_of(args)
+    )
+    if lost:
+        print(f"error: {lost} run(s) failed or diverged: the report lists them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cluster_options(parser: argparse.ArgumentParser) -> None:
+    """``--ray [ADDRESS]``, ``--run-cpus``, ``--run-gpus``: a study's runs as Ray tasks."""
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run each run as a Ray task: on the cluster at ADDRESS (auto: the one this machine "
+        "joined; HOST:PORT; ray://HOST:10001), without it on RAY_ADDRESS's or a Ray started here; "
+        "every node must see --out at the same path",
+    )
+    parser.add_argument(
+        "--run-cpus", type=float, default=1.0, help="with --ray: CPUs (torch threads) per run"
+    )
+    parser.add_argument(
+        "--run-gpus",
+        type=float,
+        default=0.0,
+        help="with --ray: GPUs per run (0.25: four runs share a GPU; runs then use device=cuda)",
+    )
+
+
+def _cluster_of(args: argparse.Namespace) -> Any:
+    """The :class:`RayCluster` the options name, or None without ``--ray``."""
+    from fedretain.errors import ConfigError
+    from fedretain.experiments.reproduce.cluster import RayCluster
+
+    if args.ray is None:
+        if args.run_cpus != 1.0 or args.run_gpus != 0.0:
+            raise ConfigError("--run-cpus and --run-gpus size Ray tasks: give --ray with them")
+        return None
+    return RayCluster(args.ray or None, args.run_cpus, args.run_gpus)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -313,12 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "overrides", nargs="*", help="[exp.toml] KEY=VALUE settings, e.g. algorithm=scaffold"
     )
-    run.set_defaults(fn=_cmd_run)
+    run.set_defaults(settings="overrides", fn=_cmd_run)
 
     val = sub.add_parser("validate", help="check a configuration (and its data) without training")
     val.add_argument("--config", help="a TOML file of settings (or give it as an argument)")
     val.add_argument("items", nargs="*", help="[exp.toml] [KEY=VALUE ...]")
-    val.set_defaults(fn=_cmd_validate)
+    val.set_defaults(settings="items", fn=_cmd_validate)
 
     cmp_ = sub.add_parser("compare", help="compare results folders: table and plots")
     cmp_.add_argument("dirs", nargs="+", help="results folders of `fedretain run`")
@@ -339,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     part.add_argument("--config", help="a TOML file of settings")
     part.add_argument("--out", help="PNG heat map to write")
     part.add_argument("overrides", nargs="*", help="[exp.toml] KEY=VALUE, e.g. partition=dirichlet")
-    part.set_defaults(fn=_cmd_partition)
+    part.set_defaults(settings="overrides", fn=_cmd_partition)
 
     priv = sub.add_parser(
         "privacy",
@@ -370,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     priv.add_argument("--no-train", action="store_true", help="attacks only, no training runs")
     priv.add_argument("--seed", type=int, default=0, help="seed of the targets and the attack")
     priv.add_argument("overrides", nargs="*", help="KEY=VALUE settings, e.g. rounds=10")
-    priv.set_defaults(fn=_cmd_privacy)
+    priv.set_defaults(settings="overrides", fn=_cmd_privacy)
 
     rep = sub.add_parser(
         "reproduce",
@@ -395,7 +457,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[DATASET=]DIR",
         help="folder of the paper's dataset (repeat it, DATASET=DIR, for several)",
     )
-    rep.set_defaults(fn=_cmd_reproduce)
+    _cluster_options(rep)
+    rep.set_defaults(settings="names", fn=_cmd_reproduce)
+
+    swp = sub.add_parser(
+        "sweep",
+        help="one experiment over a grid of settings and seeds, compared in one report",
+        description="Run every point of the grid (the product of the --grid axes) with every "
+        "seed into DIR/<point>/seed<k>/ (resumably: finished runs are skipped, interrupted ones "
+        "continued) and compare them in DIR/report.md. Exit status 1 when a run failed or "
+        "diverged (the report lists them), 2 on bad input.",
+    )
+    swp.add_argument("items", nargs="*", help="[exp.toml] [KEY=VALUE ...]: the base settings")
+    swp.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=v1,v2,...",
+        help="an axis of the grid (repeat for more): values read as TOML, or KEY=[v1, v2]",
+    )
+    swp.add_argument("--out", required=True, help="folder of the runs and report.md")
+    swp.add_argument("--seeds", type=int, help="seeds 0..N-1 for every point (default: seed)")
+    swp.add_argument("--jobs", type=int, default=1, help="runs at a time, one process each")
+    _cluster_options(swp)
+    swp.set_defaults(settings="items", fn=_cmd_sweep)
 
     lst = sub.add_parser("list", help="list what is available")
     lst.add_argument(  # the choices are read when they are shown or checked, not here
@@ -426,7 +511,16 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch(build_parser().parse_args(argv))
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    # KEY=VALUE settings after an option (`reproduce demo --scale ci device=cuda`) join the
+    # command's others; argparse reads only one block of positionals
+    dest = getattr(args, "settings", None)
+    if rest and dest and all("=" in r and not r.startswith("-") for r in rest):
+        getattr(args, dest).extend(rest)
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return dispatch(args)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ the paper's claims; :func:`reproduce` plans and runs them (:mod:`.jobs`) and wri
 - each run goes to ``DIR/<setting>/<method>/seed<k>/`` (the results folder of
   ``fedretain run``, with the run's output in ``run.log``): a folder with ``summary.json`` is
   skipped, one with a checkpoint continued, so an interrupted ``reproduce`` picks up where it
-  stopped; ``jobs`` runs at a time, each in its own process with one torch thread; a run that
-  fails is reported and the others go on;
+  stopped; ``jobs`` runs at a time, each in its own process with one torch thread, or as
+  tasks on a Ray cluster (``--ray``, :mod:`.cluster`); a run that fails is reported and the
+  others go on;
 - what became of each run is kept with it: ``status.json`` (``state``: finished, diverged or
   failed; the error; the CPU it ran on), and a diverged run's ``summary.json`` has
   ``stopped``. A diverged run (NaN/Inf stopped it) is finished for good and never rerun; a
@@ -31,7 +32,9 @@ from pathlib import Path
 from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES
 from fedretain.experiments.reproduce.claims import claims_section, judge, verdict_cell
+from fedretain.experiments.reproduce.cluster import RayCluster, cluster_settings, node_paths
 from fedretain.experiments.reproduce.jobs import (
+    THREADS,
     Job,
     Section,
     as_args,
@@ -87,10 +90,12 @@ def reproduce(
     data_dirs: list[str] | None = None,
     extra: list[str] | None = None,
     echo: Callable[[str], None] = print,
+    cluster: RayCluster | None = None,
 ) -> Reproduced:
     """Run the presets ``names`` (``all``: every preset) at ``scale`` into ``out`` and write
     ``out/report.md``; returns its path and how many runs (of this invocation or an earlier
-    one) diverged and failed. ``extra``: KEY=VALUE settings for every run."""
+    one) diverged and failed. ``extra``: KEY=VALUE settings for every run. ``cluster``: the
+    runs go to Ray as tasks instead of ``jobs`` local processes (:mod:`.cluster`)."""
     if scale not in SCALES:
         raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
     if seeds is not None and seeds < 1:
@@ -101,16 +106,20 @@ def reproduce(
     out = Path(out)
     several = len(names) > 1
     data_dirs, extra = list(data_dirs or []), list(extra or [])
+    if cluster is not None:
+        extra = cluster_settings(cluster, jobs, extra, echo)
+        data_dirs = node_paths(data_dirs)
+    threads = cluster.threads if cluster else THREADS
     sections = []
     for name in names:
         folder = out / name if several else out
-        section = plan_section(name, folder, scale, seeds, data_dirs, extra, out, several)
+        section = plan_section(name, folder, scale, seeds, data_dirs, extra, out, several, threads)
         if section.data.note and section.plan.base.get("dataset") == section.data.name:
             echo(f"{name}: {section.data.note}")
         if section.data.missing:
             echo(f"{name}: not run: {section.data.missing}")
         sections.append(section)
-    errors = run_jobs([j for s in sections for j in s.jobs], jobs, echo)
+    errors = run_jobs([j for s in sections for j in s.jobs], jobs, echo, cluster)
     report, counts = write_reports(sections, errors, out)
     echo(f"report written to {report}")
     done = Reproduced(report, counts["diverged"], counts["failed"])
@@ -136,6 +145,7 @@ def list_presets() -> list[str]:
 __all__ = [
     "Job",
     "Outcome",
+    "RayCluster",
     "Reproduced",
     "Results",
     "Section",

@@ -5,8 +5,9 @@
 - ``status.json`` in each run's folder: what became of the run (``state``: finished,
   diverged or failed; the error; the CPU it ran on, :func:`machine`);
 - running: :func:`run_jobs` runs the jobs not done yet, ``parallel`` at a time, each in its
-  own process (:func:`run_one`); the costliest algorithms (their registry entry's ``cost``,
-  in FedAvg runs) start first, so that parallel jobs finish together.
+  own process (:func:`run_one`), or as tasks on a Ray cluster (:mod:`.cluster`); the
+  costliest algorithms (their registry entry's ``cost``, in FedAvg runs) start first, so that
+  parallel jobs finish together.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fedretain.engines.round import DivergenceError
 from fedretain.errors import ConfigError, DataError, FedRetainError
 from fedretain.experiments.presets import PRESETS, Data, Plan, RunSpec
 from fedretain.experiments.privacy import PrivacyStudy, Study, study_args
+from fedretain.experiments.reproduce.cluster import RayCluster, ray_each
 from fedretain.files import read_json, write_json
 from fedretain.recipe.config import Config, load_config, parse_value, toml_text
 from fedretain.registry import kind
@@ -113,7 +115,7 @@ def job_state(folder: Path, cfg: Config) -> str:
                 f"{folder} holds a run with other settings ({', '.join(differ)}); delete it "
                 "or choose another --out"
             )
-    checkpoint = (folder / "checkpoint" / "meta.json").is_file()
+    checkpoint = has_checkpoint(folder)
     if read_status(folder).get("state") == "failed":
         return "resume" if checkpoint else "fresh"  # tried again
     if (folder / "summary.json").is_file():
@@ -185,6 +187,7 @@ def plan_section(
     extra: list[str],
     out: Path,
     several: bool,
+    threads: int = THREADS,
 ) -> Section:
     """Preset ``name``'s plan at ``scale`` into ``folder``: every run's settings checked and
     its state read from its folder (``missing`` for every run when the data are missing)."""
@@ -194,7 +197,7 @@ def plan_section(
     plan = entry.factory(scale, list(range(n)), data)
     jobs = []
     for spec in plan.runs:
-        args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": THREADS})
+        args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": threads})
         args += extra
         cfg = load_config(None, args)  # every setting checked before anything runs
         run_folder = folder / spec.folder
@@ -220,10 +223,11 @@ def read_status(folder: Path) -> dict[str, Any]:
     return {}
 
 
-def machine() -> dict[str, Any]:
+def machine(device: str = "cpu") -> dict[str, Any]:
     """This machine's CPU: ``cpu`` (its model name), ``avx512`` (True, False, or None where
     unknown) and ``torch_cpu`` (the instruction set torch's kernels use: its float32 sums,
-    and so the numbers of a run, depend on it)."""
+    and so the numbers of a run, depend on it); for a run on a CUDA ``device``, also ``gpu``
+    (its name)."""
     import torch
 
     model, flags = "", None
@@ -234,17 +238,21 @@ def machine() -> dict[str, Any]:
                 model = value.strip()
             elif key.strip() == "flags" and flags is None:
                 flags = value.split()
-    return {
+    info = {
         "cpu": model or platform.processor() or platform.machine() or "unknown CPU",
         "avx512": None if flags is None else "avx512f" in flags,
         "torch_cpu": torch.backends.cpu.get_cpu_capability(),
     }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
 
 
 def cpu_text(info: dict[str, Any]) -> str:
     """A CPU (as :func:`machine` describes it) in words."""
     avx = {True: "AVX-512", False: "no AVX-512", None: "AVX-512 unknown"}[info.get("avx512")]
-    return f"{info.get('cpu', 'unknown CPU')} ({avx}; torch's kernels: {info.get('torch_cpu')})"
+    cpu = f"{info.get('cpu', 'unknown CPU')} ({avx}; torch's kernels: {info.get('torch_cpu')})"
+    return f"GPU {info['gpu']} with CPU {cpu}" if info.get("gpu") else cpu
 
 
 # -------------------------------------------------------------------------------- running
@@ -253,26 +261,53 @@ def cpu_text(info: dict[str, Any]) -> str:
 def run_one(
     args: list[str], folder: str, resume: bool, study: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """One run, or one privacy study (in this process or a worker): its output goes to
-    ``folder/run.log``; returns the line the progress shows."""
+    """One run, or one privacy study (in this process, a worker or a Ray task): its output
+    goes to ``folder/run.log``, what became of it to ``folder/status.json`` (with the CPU it
+    ran on); returns the line the progress shows."""
     from fedretain.experiments.run import run_experiment
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
+    cpu = machine()
     with open(out / "run.log", "a") as log, redirect_stdout(log), redirect_stderr(log):
         try:
             cfg = load_config(None, args)
+            cpu = machine(cfg.device)
             if study is not None:
                 result = PrivacyStudy(cfg, out, study_of(study)).run()
                 accs = ", ".join(
                     f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items()
                 )
-                return {"line": f"σ* {result['sigma_matched']:g}; final {accs}"}
-            summary = run_experiment(cfg, out, progress=None, resume=resume)
-        except Exception:
+                line = f"σ* {result['sigma_matched']:g}; final {accs}"
+            else:
+                summary = run_experiment(cfg, out, progress=None, resume=resume)
+                line = f"{summary['final_accuracy']:.4f} ({summary['wall_seconds']:.1f} s)"
+        except Exception as e:
             traceback.print_exc(file=log)
+            state = "diverged" if isinstance(e, DivergenceError) else "failed"
+            write_json(out / STATUS, {"state": state, "error": one_line(e), **cpu})
             raise
-    return {"line": f"{summary['final_accuracy']:.4f} ({summary['wall_seconds']:.1f} s)"}
+    write_json(out / STATUS, {"state": "finished", **cpu})
+    return {"line": line}
+
+
+def run_task(
+    args: list[str], folder: str, resume: bool, study: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """:func:`run_one` as a Ray task: continued from its checkpoint when it has one, so that a
+    task Ray tries again after a lost node goes on from where the lost one stopped. The folder
+    was made by the caller: a node that does not see it has no shared filesystem there."""
+    if not Path(folder).is_dir():
+        raise DataError(
+            f"{folder} (made by the study's caller) is not visible on node "
+            f"{platform.node()}: --out must be on a filesystem every node sees at the same path"
+        )
+    return run_one(args, folder, resume or has_checkpoint(Path(folder)), study)
+
+
+def has_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` holds a checkpoint to continue from."""
+    return any((folder / "checkpoint" / n).is_file() for n in ("meta.json", "previous.json"))
 
 
 def one_line(e: BaseException) -> str:
@@ -295,13 +330,20 @@ def cost(algorithm: str) -> float:
     return float(algorithms.get(algorithm).meta.get("cost", 1.0))
 
 
-def run_each(todo: list[Job], parallel: int) -> Iterator[tuple[Job, dict[str, Any] | Exception]]:
-    """Run ``todo``, ``parallel`` at a time (each in its own process; the costliest start
-    first); yield each job as it ends, with its :func:`run_one` result or its error."""
+def run_each(
+    todo: list[Job], parallel: int, cluster: RayCluster | None = None
+) -> Iterator[tuple[Job, dict[str, Any] | Exception]]:
+    """Run ``todo``, ``parallel`` at a time, each in its own process, or as Ray tasks on
+    ``cluster`` (the costliest start first); yield each job as it ends, with its
+    :func:`run_one` result or its error."""
 
     def call(job: Job) -> tuple[list[str], str, bool, dict[str, Any] | None]:
         return job.args, str(job.folder), job.resume, job.spec.study
 
+    todo = sorted(todo, key=lambda j: -cost(algorithm_of(j)))
+    if cluster is not None:
+        yield from ray_each(todo, cluster, run_task)
+        return
     if parallel <= 1 or len(todo) <= 1:
         for job in todo:
             try:
@@ -309,7 +351,6 @@ def run_each(todo: list[Job], parallel: int) -> Iterator[tuple[Job, dict[str, An
             except Exception as e:
                 yield job, e
         return
-    todo = sorted(todo, key=lambda j: -cost(algorithm_of(j)))
     with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
         futures = {pool.submit(run_one, *call(j)): j for j in todo}
         for future in as_completed(futures):
@@ -319,28 +360,36 @@ def run_each(todo: list[Job], parallel: int) -> Iterator[tuple[Job, dict[str, An
                 yield futures[future], e
 
 
-def run_jobs(jobs: list[Job], parallel: int, echo: Callable[[str], None]) -> dict[Path, str]:
-    """Run the jobs not done yet, ``parallel`` at a time; returns folder -> error of the runs
-    that failed or diverged (the others go on). Each run's ``status.json`` records what
-    became of it."""
+def run_jobs(
+    jobs: list[Job],
+    parallel: int,
+    echo: Callable[[str], None],
+    cluster: RayCluster | None = None,
+) -> dict[Path, str]:
+    """Run the jobs not done yet, ``parallel`` at a time (or on the Ray ``cluster``); returns
+    folder -> error of the runs that failed or diverged (the others go on). Each run's
+    ``status.json`` records what became of it (written where the run ran; here, for a run
+    whose process died before it could)."""
     todo = [j for j in jobs if j.state in ("fresh", "resume")]
     skipped = sum(j.state == "done" for j in jobs)
     if skipped:
         echo(f"{skipped} run(s) already finished: skipped")
+    if todo and cluster is not None:
+        echo(f"{len(todo)} run(s) on {cluster.describe()}")
     errors: dict[Path, str] = {}
-    cpu = machine()
     for job in todo:  # a status left by an earlier try no longer holds
         (job.folder / STATUS).unlink(missing_ok=True)
-    for i, (job, result) in enumerate(run_each(todo, parallel), 1):
+    for i, (job, result) in enumerate(run_each(todo, parallel, cluster), 1):
         what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
         what += f"seed {job.spec.seed}"
         if isinstance(result, Exception):
-            state = "diverged" if isinstance(result, DivergenceError) else "failed"
-            errors[job.folder] = one_line(result)
-            write_json(job.folder / STATUS, {"state": state, "error": errors[job.folder], **cpu})
-            echo(f"{what}: {state}: {errors[job.folder]} (log: {job.folder / 'run.log'})")
+            status = read_status(job.folder)
+            if status.get("state") not in ("diverged", "failed"):  # its process died first
+                status = {"state": "failed", "error": one_line(result), **machine()}
+                write_json(job.folder / STATUS, status)
+            errors[job.folder] = status["error"]
+            echo(f"{what}: {status['state']}: {status['error']} (log: {job.folder / 'run.log'})")
         else:
-            write_json(job.folder / STATUS, {"state": "finished", **cpu})
             verb = "continued" if job.resume else "done" if job.spec.study else "final"
             echo(f"{what}: {verb} {result['line']}")
     return errors
@@ -356,6 +405,7 @@ __all__ = [
     "command_line",
     "cost",
     "cpu_text",
+    "has_checkpoint",
     "job_command",
     "job_state",
     "machine",
@@ -364,6 +414,7 @@ __all__ = [
     "resolve_data",
     "run_jobs",
     "run_one",
+    "run_task",
     "study_of",
     "study_state",
 ]

@@ -1,0 +1,185 @@
+"""Runs of a study as Ray tasks: ``fedretain reproduce ... --ray [ADDRESS]``, ``fedretain sweep
+... --ray [ADDRESS]``.
+
+Each run not finished yet becomes one Ray task asking for ``run_cpus`` CPUs and ``run_gpus``
+GPUs (``0.25``: four runs share a GPU); the costliest start first, as in the local mode. A task
+runs :func:`~fedretain.experiments.reproduce.jobs.run_one` on whichever node Ray picks, into the
+run's folder, which must be a path every node sees (a shared filesystem): the folders are made
+absolute here, on the caller. Nothing else travels: each node needs fedretain and its
+dependencies installed, and the data at the same paths.
+
+What a lost node costs: Ray retries a task whose worker or node died (``retries`` times, on
+another node when one is left), and the retried run continues from its last checkpoint in its
+folder (the task itself looks for one), so only the rounds since that checkpoint are redone. If
+the caller dies, its tasks end with it; the same command again skips the finished runs and
+continues the others from their checkpoints, exactly as the local mode does.
+
+``address``: ``None`` starts Ray on this machine for the study (or joins the cluster named by
+the ``RAY_ADDRESS`` environment variable), ``"auto"`` joins the cluster this machine is part of
+(``ray start`` was run here), ``HOST:PORT`` or ``ray://HOST:10001`` a cluster elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedretain.errors import ConfigError
+
+START = (
+    "start it with `ray start --head` (and `ray start --address HEAD:6379` on each worker) or "
+    "give its address with --ray HOST:PORT"
+)
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    """Where and how a study's runs go to Ray (see the module's docstring)."""
+
+    address: str | None = None
+    run_cpus: float = 1.0
+    run_gpus: float = 0.0
+    retries: int = 3  # tries again after a worker or node died
+
+    def __post_init__(self) -> None:
+        if not self.run_cpus > 0:
+            raise ConfigError(f"--run-cpus must be > 0, got {self.run_cpus}")
+        if not self.run_gpus >= 0:
+            raise ConfigError(f"--run-gpus must be >= 0, got {self.run_gpus}")
+        if self.run_gpus > 1 and self.run_gpus != int(self.run_gpus):
+            raise ConfigError(
+                f"--run-gpus above 1 must be a whole number of GPUs, got {self.run_gpus}"
+            )
+
+    @property
+    def threads(self) -> int:
+        """Torch threads of each run: its whole CPUs (at least one)."""
+        return max(1, int(self.run_cpus))
+
+    def describe(self) -> str:
+        where = self.address or os.environ.get("RAY_ADDRESS") or "a Ray instance on this machine"
+        gpus = f", {self.run_gpus:g} GPU" if self.run_gpus else ""
+        return f"Ray ({where}): {self.run_cpus:g} CPU{gpus} per run"
+
+
+def cluster_settings(
+    cluster: RayCluster, jobs: int, extra: list[str], echo: Callable[[str], None]
+) -> list[str]:
+    """The settings of runs sent to Ray: ``device=cuda`` added where each run gets a GPU and
+    the settings name no device. ``--jobs`` has no say there (Ray runs as many at a time as
+    the cluster has room for): one line when it is given."""
+    unreachable = closed_port(cluster.address)
+    if unreachable:  # Ray itself would try for minutes
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {cluster.address}: {unreachable}; {START}"
+        )
+    if jobs > 1:
+        raise ConfigError(
+            "--jobs runs local processes; with --ray the cluster runs as many runs at a time "
+            "as it has room for: size them with --run-cpus and --run-gpus instead"
+        )
+    if cluster.run_gpus and not any(e.startswith("device=") for e in extra):
+        echo(f"--run-gpus {cluster.run_gpus:g}: the runs train on device=cuda")
+        return [*extra, "device=cuda"]
+    return extra
+
+
+def node_paths(data_dirs: list[str]) -> list[str]:
+    """``--data-dir`` values (``DIR`` or ``NAME=DIR``) with absolute folders: a Ray task reads
+    them on its node, from another working directory."""
+    out = []
+    for d in data_dirs:
+        name, sep, folder = d.rpartition("=") if "=" in d else ("", "", d)
+        out.append(f"{name}{sep}{Path(folder).resolve()}")
+    return out
+
+
+def closed_port(address: str | None) -> str:
+    """Why ``HOST:PORT`` accepts no connection within 5 s ("" when it does, and for the other
+    forms of address, which Ray resolves itself)."""
+    if not address or address == "auto" or "://" in address or ":" not in address:
+        return ""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except ValueError:
+        return f"{port} is no port number"
+    except OSError as e:
+        return e.strerror or type(e).__name__
+    return ""
+
+
+def connect(cluster: RayCluster) -> Any:
+    """``ray``, connected to ``cluster.address`` (one line naming the fix when it cannot be)
+    and checked to have room for one run."""
+    import ray  # a dependency: it comes with flwr[simulation]
+
+    try:
+        if not ray.is_initialized():
+            with warnings.catch_warnings():  # Ray's notice of a future default, not ours
+                warnings.simplefilter("ignore", FutureWarning)
+                ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        text = " ".join(str(e).split())
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {cluster.address or 'RAY_ADDRESS'}: {text}; {START}"
+        ) from None
+    resources = ray.cluster_resources()
+    if resources.get("CPU", 0) < cluster.run_cpus or resources.get("GPU", 0) < min(
+        cluster.run_gpus, 1
+    ):
+        have = f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU"
+        raise ConfigError(
+            f"the Ray cluster has {have} in all: too few for one run of {cluster.run_cpus:g} "
+            f"CPU and {cluster.run_gpus:g} GPU; lower --run-cpus/--run-gpus or add nodes"
+        )
+    return ray
+
+
+def ray_each(
+    todo: list[Any], cluster: RayCluster, run: Callable[..., dict[str, Any]]
+) -> Iterator[tuple[Any, dict[str, Any] | Exception]]:
+    """Run the jobs ``todo`` (already in the order to start them) as Ray tasks, each calling
+    ``run(args, folder, resume, study)`` (:func:`~fedretain.experiments.reproduce.jobs.run_task`);
+    yield each job as it ends, with its result or its error (the run's own exception where it
+    raised one, else Ray's)."""
+    import ray
+
+    started = not ray.is_initialized()  # then this study's connection, closed at its end
+    connect(cluster)
+    task = ray.remote(run).options(
+        num_cpus=cluster.run_cpus,
+        num_gpus=cluster.run_gpus,
+        max_retries=cluster.retries,
+        retry_exceptions=False,  # a run's own error is final, as in the local mode
+    )
+    for job in todo:  # made here: a node that does not see them says so (run_task)
+        Path(job.folder).mkdir(parents=True, exist_ok=True)
+    pending = {
+        task.remote(job.args, str(Path(job.folder).resolve()), job.resume, job.spec.study): job
+        for job in todo
+    }
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ready[0])
+            try:
+                yield job, ray.get(ready[0])
+            except ray.exceptions.RayTaskError as e:  # the run raised: its own error
+                yield job, e.cause if isinstance(e.cause, Exception) else e
+            except ray.exceptions.RayError as e:  # its worker or node died, retries spent
+                text = " ".join(str(e).split())[:300]
+                yield job, RuntimeError(f"lost on the Ray cluster: {text}")
+    finally:
+        for ref in pending:  # stopped early (Ctrl-C): the runs left are not wanted any more
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
+
+__all__ = ["RayCluster", "cluster_settings", "connect", "node_paths", "ray_each"]

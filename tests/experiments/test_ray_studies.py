@@ -1,0 +1,171 @@
+"""Studies on a Ray cluster (``--ray``): a local cluster on loopback (a head that runs nothing,
+one worker node of one CPU, real raylet processes) runs a ``scale=ci`` preset and a sweep."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedretain.cli import main
+from fedretain.errors import ConfigError, DataError
+from fedretain.experiments.reproduce import RayCluster, reproduce
+from fedretain.experiments.reproduce.cluster import node_paths
+from fedretain.experiments.reproduce.jobs import run_task
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists()
+needs_fmnist = pytest.mark.skipif(not FMNIST, reason="apt-get install dataset-fashion-mnist")
+PRESET = "fedcurv-table1"  # 10 runs at scale=ci
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head node without CPUs (so every run goes to a worker node) and one worker node."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    yield c
+    if ray.is_initialized():
+        ray.shutdown()
+    c.shutdown()
+
+
+def normalised(report: Path) -> str:
+    """A report without what differs between two invocations: its folder, the training time."""
+    text = report.read_text().replace(str(report.parent), "OUT")
+    return re.sub(r"[0-9.]+ s of training", "T s of training", text)
+
+
+def files_of(out: Path) -> dict[str, tuple[int, bytes]]:
+    """Every finished run's results files: (modification time, contents)."""
+    found = {}
+    for summary in out.glob("**/summary.json"):
+        for name in ("summary.json", "metrics.jsonl"):
+            path = summary.parent / name
+            found[str(path)] = (path.stat().st_mtime_ns, path.read_bytes())
+    return found
+
+
+@needs_fmnist
+def test_a_preset_on_a_ray_cluster_writes_the_local_report(cluster, tmp_path):
+    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    reproduce([PRESET], local, scale="ci", echo=lambda s: None)
+    lines: list[str] = []
+    done = reproduce(
+        [PRESET], on_ray, scale="ci", echo=lines.append, cluster=RayCluster(cluster.address)
+    )
+    assert (done.failed, done.diverged) == (0, 0)
+    assert any("10 run(s) on Ray" in line for line in lines)
+    assert not ray.is_initialized()  # the study's connection is closed after it
+    assert normalised(on_ray / "report.md") == normalised(local / "report.md")
+    for png in local.glob("*.png"):
+        assert (on_ray / png.name).read_bytes() == png.read_bytes()
+    # the runs ran on the worker node (another process), each recording its CPU there
+    status = (on_ray / "e-10" / "fedavg" / "seed0" / "status.json").read_text()
+    assert '"state": "finished"' in status and '"cpu"' in status
+
+
+def driver(out: Path, address: str, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "fedretain.cli",
+        "reproduce",
+        PRESET,
+        *extra,
+        "--out",
+        str(out),
+        "--scale",
+        "ci",
+        "--ray",
+        address,
+    ]
+
+
+def mid_study(out: Path) -> bool:
+    """A run finished and another one part way (a checkpoint, no summary)."""
+    started = {c.parent.parent for c in out.glob("**/checkpoint/meta.json")}
+    return any((f / "summary.json").exists() for f in started) and any(
+        not (f / "summary.json").exists() for f in started
+    )
+
+
+@needs_fmnist
+def test_a_lost_worker_costs_only_its_unfinished_runs(cluster, tmp_path):
+    out = tmp_path / "study"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        driver(out, cluster.address, "rounds=12"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not mid_study(out) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (worker,) = [n for n in cluster.worker_nodes]
+        cluster.remove_node(worker, allow_graceful=False)  # the node dies mid-study
+        time.sleep(1)
+        proc.send_signal(signal.SIGKILL)  # and so does the caller
+    finally:
+        proc.wait()
+    before = files_of(out)
+    assert 1 <= len(before) // 2 < 10
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    again = subprocess.run(
+        driver(out, cluster.address, "rounds=12"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    assert f"{len(before) // 2} run(s) already finished: skipped" in again.stdout
+    assert ": continued " in again.stdout  # the run in flight went on from its checkpoint
+    after = files_of(out)
+    assert len(after) == 20
+    for path, (mtime, data) in before.items():  # finished runs were not run again
+        assert after[path] == (mtime, data), path
+    assert "Runs: 10 of 10 finished" in (out / "report.md").read_text()
+
+
+def test_cluster_options_are_checked(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="run-cpus"):
+        RayCluster(run_cpus=0)
+    with pytest.raises(ConfigError, match="whole number"):
+        RayCluster(run_gpus=1.5)
+    assert main(["reproduce", "demo", "--out", str(tmp_path), "--run-gpus", "1"]) == 2
+    assert "give --ray with them" in capsys.readouterr().err
+    args = ["reproduce", "demo", "--out", str(tmp_path), "--ray", "--jobs", "2"]
+    assert main(args) == 2
+    assert "--run-cpus and --run-gpus" in capsys.readouterr().err
+    args = ["reproduce", "demo", "--out", str(tmp_path), "--ray", "127.0.0.1:1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach the Ray cluster at 127.0.0.1:1" in err
+    assert "ray start --head" in err
+
+
+def test_a_node_that_does_not_see_the_study_folder_says_so(tmp_path):
+    with pytest.raises(DataError, match=r"not visible on node .*every node sees"):
+        run_task(["rounds=1"], str(tmp_path / "made-elsewhere"), False)
+    assert not (tmp_path / "made-elsewhere").exists()  # nothing written beside the share
+
+
+def test_data_folders_reach_the_nodes_as_absolute_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert node_paths(["data", "cifar10=../c"]) == [
+        str(tmp_path / "data"),
+        f"cifar10={tmp_path.parent / 'c'}",
+    ]

@@ -17,11 +17,14 @@ and the whole under ``--budget`` seconds):
   ``privacy.noise_multiplier=0`` (clipping only), and with noise only on what does not depend
   on the draws (the accountant's epsilon, the bytes). The generators' Fréchet distance is
   compared relatively (a matrix square root of feature covariances). On CUDA, TF32 is off in
-  this part (cuDNN convolutions default to TF32, which differs from float32 by ~1e-3; ``--tf32``
-  keeps torch's defaults).
+  this part (the runs' ``deterministic=true`` turns it off too; ``--tf32`` keeps torch's
+  defaults).
 - ``determinism``: a CNN run (cuDNN is where nondeterminism lives) twice on ``--device``, each
   in its own process, on the sequential and the vectorised engine: identical ``metrics.jsonl``
   (wall time excluded); and the time per round of ``deterministic=false`` against the default.
+- ``cuda_tests``: the suite's tests marked ``cuda`` (``pytest -m cuda``), one row each: the
+  SCAFFOLD conformance, the CUDA determinism tests, ``engine.devices=all`` against the plain
+  run; skipped ("n/a") without CUDA.
 - ``privacy``: ``fedretain privacy`` on a small digits setting on ``--device``.
 - ``presets``: ``fedretain reproduce all --scale ci device=DEVICE``: one row per preset (its
   runs finished, none failed or diverged, its report written); a preset whose data are missing
@@ -70,14 +73,28 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("conformance", "determinism", "privacy", "presets", "speed")
+PARTS = ("conformance", "determinism", "cuda_tests", "privacy", "presets", "speed")
 # seconds each part may take (its process is stopped there), by device type, and for all of
 # them together (--budget). On one H100 the parts are estimated (not yet measured there) at
 # about 50, 50, 15, 50 and 60 s (more where engine=auto compiles its vmapped step: tens of
 # seconds); on 2 CPU cores with --quick they took 40, 40, 10, 90 and 25 s
 CAPS = {
-    "cuda": {"conformance": 120, "determinism": 75, "privacy": 45, "presets": 150, "speed": 180},
-    "cpu": {"conformance": 400, "determinism": 300, "privacy": 150, "presets": 900, "speed": 500},
+    "cuda": {
+        "conformance": 120,
+        "determinism": 75,
+        "cuda_tests": 60,
+        "privacy": 45,
+        "presets": 150,
+        "speed": 180,
+    },
+    "cpu": {
+        "conformance": 400,
+        "determinism": 300,
+        "cuda_tests": 120,
+        "privacy": 150,
+        "presets": 900,
+        "speed": 500,
+    },
 }
 BUDGET = {"cuda": 360.0, "cpu": 0.0}  # 0: none
 TOLERANCE = 1e-5
@@ -691,6 +708,33 @@ def presets(opts: Options, emit: Emit) -> None:
     emit(Row(f"fedretain reproduce {what} --scale ci", "auto", result, detail, seconds))
 
 
+# ------------------------------------------------------------------------ cuda tests
+
+# -rA's summary: "PASSED test", "FAILED test - why", "SKIPPED [n] file:line: why"
+PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED)(?: \[\d+\])? (\S+?):?(?: (?:- )?(.*))?$")
+
+
+def cuda_tests(opts: Options, emit: Emit) -> None:
+    """The suite's tests marked ``cuda`` (``pytest -m cuda``: the SCAFFOLD conformance, the
+    determinism of both engines, ``engine.devices=all`` against the plain run, ...), one row
+    each; without CUDA they skip (n/a)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-m", "cuda"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env(), cwd=ROOT)
+    seconds = time.perf_counter() - t0
+    results = {"PASSED": PASS, "FAILED": FAIL, "ERROR": FAIL, "SKIPPED": NA}
+    seen = 0
+    for line in proc.stdout.splitlines():
+        found = PYTEST_LINE.match(line.strip())
+        if found:
+            seen += 1
+            kind, name, why = found.groups()
+            emit(Row(f"pytest -m cuda: {name}", "", results[kind], why or "", seconds))
+    if proc.returncode not in (0, 5) or not seen:  # 5: no test selected
+        why = last_line(proc.stdout) or last_line(proc.stderr)
+        emit(Row("pytest -m cuda", "", FAIL, f"exit {proc.returncode}: {why}", seconds))
+
+
 # --------------------------------------------------------------------------- privacy
 
 
@@ -824,6 +868,7 @@ def speed(opts: Options, emit: Emit) -> None:
 RUNNERS: dict[str, Callable[[Options, Emit], None]] = {
     "conformance": conformance,
     "determinism": determinism,
+    "cuda_tests": cuda_tests,
     "privacy": privacy,
     "presets": presets,
     "speed": speed,

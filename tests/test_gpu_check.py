@@ -112,6 +112,23 @@ def test_refusals_and_fallbacks_are_found_before_running(gpu_check):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_the_cuda_tests_part_reads_every_kind_of_pytest_summary_line(gpu_check):
+    lines = {
+        "PASSED tests/engines/test_vmap_devices.py::test_all[x]": ("PASSED", "", None),
+        "FAILED tests/a.py::test_b - AssertionError: 1 != 2": ("FAILED", "", "AssertionError"),
+        "SKIPPED [4] tests/engines/test_deterministic.py:155: needs a CUDA GPU": (
+            "SKIPPED",
+            "tests/engines/test_deterministic.py:155",
+            "needs a CUDA GPU",
+        ),
+    }
+    for line, (kind, name, why) in lines.items():
+        found = gpu_check.PYTEST_LINE.match(line)
+        assert found and found.group(1) == kind, line
+        assert found.group(2) == (name or line.split()[1]), line
+        assert (found.group(3) or None) == why or why in found.group(3), line
+
+
 def test_without_cuda_the_cuda_check_refuses_in_one_line(gpu_check, capsys):
     assert gpu_check.main(["--device", "cuda"]) == 2
     err = capsys.readouterr().err

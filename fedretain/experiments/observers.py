@@ -196,3 +196,9 @@ class LostReplies(BaseObserver):
     def record(self, record: Record) -> Record:
         lost, self.lost = self.lost, 0.0
         return {"lost_replies": int(lost)}
+
+    def state(self) -> dict[str, Any] | None:
+        return {"lost": self.lost}  # since the last record: a checkpoint between records
+
+    def load_state(self, state: dict[str, Any] | None) -> None:
+        self.lost = (state or {}).get("lost", 0.0)  # none: a checkpoint written before

@@ -292,6 +292,7 @@ class Run:
         self.records, self.done, self.elapsed0 = ckpt.records, ckpt.round, ckpt.elapsed
         for name, observer in self.observers.items():
             observer.load_state(ckpt.extra.get(name))
+        self.skipped = ckpt.extra.get(RUN_STATE, {}).get("skipped", 0.0)  # since the record
         ckpt.restore_rng()
         write_jsonl(self.out / "metrics.jsonl", self.records)
 
@@ -382,6 +383,9 @@ def resume_point(out: Path, cfg: Config, device: torch.device) -> Checkpoint | N
     return ckpt
 
 
+RUN_STATE = "run"  # the checkpoint's extra entry of the run's own counts since its last record
+
+
 def checkpoint_of(run: Run) -> Checkpoint:
     """The run's state after round ``run.done``, with its observers' states by name."""
     states = {name: observer.state() for name, observer in run.observers.items()}
@@ -396,7 +400,10 @@ def checkpoint_of(run: Run) -> Checkpoint:
         torch_rng=torch_rng,
         cuda_rng=cuda_rng,
         fingerprint=fingerprint(run.cfg),
-        extra={name: state for name, state in states.items() if state is not None},
+        extra={
+            RUN_STATE: {"skipped": run.skipped},
+            **{name: state for name, state in states.items() if state is not None},
+        },
     )
 
 

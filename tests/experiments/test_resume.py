@@ -416,3 +416,38 @@ def test_ctrl_c_finishes_the_round_then_stops_with_a_checkpoint(tmp_path, monkey
     assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
         tmp_path / "b" / "metrics.jsonl"
     )
+
+
+def test_counts_since_the_last_record_survive_a_resume_between_records(tmp_path, monkeypatch):
+    """Skipped clients (and lost replies) are counted from one record to the next: a
+    checkpoint of a round without a record keeps the count so far."""
+    from fedretain.engines.round import Rounds
+    from fedretain.experiments.observers import LostReplies
+
+    close, calls = Rounds.close, []
+
+    def skipping_one(self, server_state, rnd):  # every round skips one client
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        state, metrics = close(self, server_state, rnd)
+        return state, {**metrics, "skipped_clients": 1.0}
+
+    monkeypatch.setattr(Rounds, "close", skipping_one)
+    cfg = make_config({**DIGITS, "rounds": 4, "eval_every": 2, "checkpoint_every": 1})
+    stop_at = 4  # interrupted in round 4: the checkpoint is round 3's, recorded up to round 2
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, tmp_path / "a", progress=False)
+    stop_at = 0
+    run_experiment(cfg, tmp_path / "a", progress=False, resume=True)
+    run_experiment(cfg, tmp_path / "b", progress=False)
+    resumed = _without_seconds(tmp_path / "a" / "metrics.jsonl")
+    assert resumed == _without_seconds(tmp_path / "b" / "metrics.jsonl")
+    assert [r["skipped_clients"] for r in resumed] == [0.0, 2.0, 2.0]
+    lost = LostReplies()
+    lost.after_round(0, [0], 0.1, {"lost_replies": 2.0})
+    again = LostReplies()
+    again.load_state(lost.state())
+    assert again.record({}) == {"lost_replies": 2}
+    again.load_state(None)  # a checkpoint written before the count was kept
+    assert again.record({}) == {"lost_replies": 0}

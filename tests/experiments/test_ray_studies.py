@@ -169,3 +169,11 @@ def test_data_folders_reach_the_nodes_as_absolute_paths(tmp_path, monkeypatch):
         str(tmp_path / "data"),
         f"cifar10={tmp_path.parent / 'c'}",
     ]
+
+
+def test_flower_runs_are_refused_before_ray_starts(tmp_path, capsys):
+    args = ["sweep", "dataset=digits", "model=mlp", "engine=flower", "--grid", "lr=0.1,0.2"]
+    assert main([*args, "--out", str(tmp_path), "--ray"]) == 2
+    err = capsys.readouterr().err
+    assert "engine=flower runs its clients on a Ray of its own" in err and "1 other" in err
+    assert not ray.is_initialized()

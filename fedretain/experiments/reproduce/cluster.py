@@ -150,6 +150,12 @@ def ray_each(
     raised one, else Ray's)."""
     import ray
 
+    flower = [str(j.folder) for j in todo if "engine=flower" in j.args]
+    if flower:  # its simulation starts a Ray of its own inside the task: not supported
+        raise ConfigError(
+            f"engine=flower runs its clients on a Ray of its own; run {flower[0]} (and "
+            f"{len(flower) - 1} other flower run(s)) without --ray, or choose another engine"
+        )
     started = not ray.is_initialized()  # then this study's connection, closed at its end
     connect(cluster)
     task = ray.remote(run).options(

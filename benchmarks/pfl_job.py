@@ -379,6 +379,16 @@ def run_pfl(a: argparse.Namespace) -> tuple[list[float], str]:
 # --------------------------------------------------------------------------- driver
 
 
+def device_of(a: argparse.Namespace) -> str:
+    """Where the variant trained: ``--device`` for fedretain's engines; pfl's PyTorch backend
+    picks ``PFL_PYTORCH_DEVICE``, else CUDA where it sees a GPU; the Flower copy the CPU."""
+    if a.variant == "pfl":
+        return os.environ.get("PFL_PYTORCH_DEVICE") or (
+            "cuda" if torch.cuda.is_available() else "cpu"
+        )
+    return "cpu" if a.variant == "flower" else a.device
+
+
 def one(a: argparse.Namespace) -> dict:
     torch.set_num_threads(a.threads)
     with TreeRss() as rss:
@@ -396,7 +406,7 @@ def one(a: argparse.Namespace) -> dict:
     return {
         "variant": a.variant,
         "engine": engine,
-        "device": a.device if a.variant not in ("flower", "pfl") else "cpu",
+        "device": device_of(a),
         "threads": a.threads,
         "users": a.users,
         "per_user": a.per_user,

@@ -104,18 +104,18 @@ def plan_sweep(
     folders = {slug(label(p)) for p in grid}
     if len(folders) < len(grid):
         raise ConfigError("two grid points share a folder name: make their values differ more")
+    base = config_values(config, overrides)
     jobs = []
     for point in grid:
+        name = label(point)
         for seed in range(seeds) if seeds else [None]:
-            values = config_values(config, overrides)
-            values.update(point)
+            values = {**base, **point, "name": name, "threads": threads}
             if seed is not None:
                 values["seed"] = seed
-            values.update(name=label(point), threads=threads)
             args = as_args(values)
             cfg = load_config(None, args)  # every point checked before anything runs
-            folder = out / slug(label(point)) / f"seed{cfg.seed}"
-            spec = RunSpec("sweep", label(point), cfg.seed, point)
+            folder = out / slug(name) / f"seed{cfg.seed}"
+            spec = RunSpec("sweep", name, cfg.seed, point)
             jobs.append(Job("sweep", spec, args, folder, job_state(folder, cfg)))
     return jobs
 
@@ -142,21 +142,20 @@ def sweep(
     planned = plan_sweep(
         config, overrides, axes, out, seeds, cluster.threads if cluster else THREADS
     )
-    grid = len(points(axes))
+    grid = len({j.spec.method for j in planned})
     echo(f"{len(planned)} run(s): {grid} grid point(s) x {len(planned) // grid} seed(s)")
     run_jobs(planned, jobs, echo, cluster)
-    states = {j.folder: read_status(j.folder).get("state", "finished") for j in planned}
-    finished = [j.folder for j in planned if states[j.folder] == "finished"]
-    lost = [j for j in planned if states[j.folder] != "finished"]
+    status = {j.folder: read_status(j.folder) for j in planned}  # none: finished before
+    finished = [f for f, s in status.items() if s.get("state", "finished") == "finished"]
+    lost = {f: s for f, s in status.items() if f not in finished}
     report = out / "report.md"
     if finished:
         compare(finished, out, allow_mixed=True)
     text = report.read_text() if finished else "# Sweep\n\nNo run finished.\n"
     if lost:
         text += "\n## Runs that failed or diverged (no result from them)\n\n"
-        for job in lost:
-            status = read_status(job.folder)
-            text += f"- {job.folder}: {status.get('state', 'failed')}: {status.get('error', '')}\n"
+        for folder, s in lost.items():
+            text += f"- {folder}: {s.get('state', 'failed')}: {s.get('error', '')}\n"
     atomic_write_text(report, text)
     echo(f"report written to {report}")
     return report, len(lost)

@@ -3,6 +3,7 @@ one worker node of one CPU, real raylet processes) runs a ``scale=ci`` preset an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -101,20 +102,56 @@ def driver(out: Path, address: str, *extra: str) -> list[str]:
     ]
 
 
-def mid_study(out: Path) -> bool:
-    """A run finished and another one part way (a checkpoint, no summary)."""
+def unfinished(out: Path) -> list[Path]:
+    """The runs part way: a checkpoint, no summary."""
     started = {c.parent.parent for c in out.glob("**/checkpoint/meta.json")}
-    return any((f / "summary.json").exists() for f in started) and any(
-        not (f / "summary.json").exists() for f in started
-    )
+    return [f for f in started if not (f / "summary.json").exists()]
+
+
+def mid_study(out: Path) -> bool:
+    """A run finished and another one part way."""
+    return any(out.glob("**/summary.json")) and bool(unfinished(out))
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (from /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def kill_node(cluster, node) -> None:
+    """A node's sudden death, its runs with it: its processes are frozen at once (a run at 25 ms
+    a round would otherwise finish while Ray takes the node down), then killed."""
+    (raylet,) = node.all_processes["raylet"]
+    frozen = descendants(raylet.process.pid)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    cluster.remove_node(node, allow_graceful=False)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @needs_fmnist
 def test_a_lost_worker_costs_only_its_unfinished_runs(cluster, tmp_path):
     out = tmp_path / "study"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # a checkpoint every round: the run found part way has rounds to go when its node dies
+    settings = ("rounds=12", "checkpoint_every=1")
     proc = subprocess.Popen(
-        driver(out, cluster.address, "rounds=12"),
+        driver(out, cluster.address, *settings),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -122,19 +159,20 @@ def test_a_lost_worker_costs_only_its_unfinished_runs(cluster, tmp_path):
     try:
         deadline = time.monotonic() + 180
         while not mid_study(out) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.01)
         (worker,) = [n for n in cluster.worker_nodes]
-        cluster.remove_node(worker, allow_graceful=False)  # the node dies mid-study
+        kill_node(cluster, worker)  # the node dies mid-study
         time.sleep(1)
         proc.send_signal(signal.SIGKILL)  # and so does the caller
     finally:
         proc.wait()
     before = files_of(out)
     assert 1 <= len(before) // 2 < 10
+    assert unfinished(out), "no run was part way when its node died"
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     again = subprocess.run(
-        driver(out, cluster.address, "rounds=12"),
+        driver(out, cluster.address, *settings),
         env=env,
         capture_output=True,
         text=True,

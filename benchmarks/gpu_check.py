@@ -33,7 +33,8 @@ and the whole under ``--budget`` seconds):
   itself (when importable; "not installed" otherwise), and the main job's shape
   (``experiments/fmnist_pathological.toml``) at 100 clients per round on engine=sequential,
   vmap and auto: seconds per round (the default, deterministic modes on; ``--models mlp,cnn``
-  adds the CNN).
+  adds the CNN); and FedCIL's round of ``fedcil-table1 --scale paper`` on the sequential and the
+  vectorised engine, with the paper run's time projected from it.
 
 Fashion-MNIST (the determinism CNN, the presets' stand-in, the main job) is read from its
 default folder; ``--data DIR`` links ``DIR/fashion-mnist`` there when it is missing. Without
@@ -85,7 +86,7 @@ CAPS = {
         "cuda_tests": 60,
         "privacy": 45,
         "presets": 150,
-        "speed": 180,
+        "speed": 210,
     },
     "cpu": {
         "conformance": 400,
@@ -290,7 +291,15 @@ def conformance_cases(quick: bool) -> list[Case]:
             cases.append(Case(f"privacy={name}", {**keys, "privacy.clipped_count_stddev": 1.0}))
         else:
             cases.append(Case(f"privacy={name}", keys))
-    gan = {**{k: v for k, v in continual.items() if not k.startswith("model")}, **ACGAN}
+    # in float64: Adam scales the rounding noise in the gradients of the biases in front of the
+    # generator's BatchNorm (zero up to rounding) to full steps, so float32 runs on two engines
+    # or devices differ there by 1e-4 (tests/continual/test_vectorised.py); float64 compares
+    # the computation
+    gan = {
+        **{k: v for k, v in continual.items() if not k.startswith("model")},
+        **ACGAN,
+        "precision": "fp64",
+    }
     quality = {
         "diagnostics": ["generator_quality"],
         "diagnostics.fid_every": 1,
@@ -821,11 +830,29 @@ def main_job_rows(opts: Options, emit: Emit) -> None:
         main_job_model(opts, emit, check, [f"clients_per_round={per_round}", f"model={model}"])
 
 
-def main_job_model(opts: Options, emit: Emit, check: str, keys: list[str]) -> None:
-    """One model's rows of :func:`main_job_rows`."""
+def timed_rounds(cfg: Any, rounds: int) -> tuple[list[float], str]:
+    """Seconds of each of the first ``rounds`` rounds of ``cfg`` (the device synchronised), and
+    the engine's choice (engine=auto's reason)."""
     import torch
 
     from fedretain.experiments.run import build_rounds
+
+    fed, engine = build_rounds(cfg)
+    state = fed.algorithm.server_init(*fed.task.init())
+    times = []
+    for rnd in range(rounds):
+        t = time.perf_counter()
+        clients = fed.participation.clients(rnd)
+        state, _ = engine.run_round(state, rnd, cfg.lr_at(rnd), clients=clients)
+        if fed.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    engine.engine.close()
+    return times, getattr(engine.engine, "choice", "")
+
+
+def main_job_model(opts: Options, emit: Emit, check: str, keys: list[str]) -> None:
+    """One model's rows of :func:`main_job_rows`."""
     from fedretain.recipe.config import load_config
 
     timed = 1 if opts.quick else 2
@@ -836,23 +863,12 @@ def main_job_model(opts: Options, emit: Emit, check: str, keys: list[str]) -> No
         t0 = time.perf_counter()
         try:
             cfg = load_config(ROOT / "experiments/fmnist_pathological.toml", overrides)
-            fed, rounds = build_rounds(cfg)
-            state = fed.algorithm.server_init(*fed.task.init())
-            times = []
-            for rnd in range(timed + 1):
-                t = time.perf_counter()
-                clients = fed.participation.clients(rnd)
-                state, _ = rounds.run_round(state, rnd, cfg.lr_at(rnd), clients=clients)
-                if fed.device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
-            rounds.engine.close()
+            times, choice = timed_rounds(cfg, timed + 1)
         except Exception as e:
             emit(Row(check, engine, FAIL, error_text(e), time.perf_counter() - t0))
             continue
         median = statistics.median(times[1:])
         base[engine] = median
-        choice = getattr(rounds.engine, "choice", "")
         speedup = ""
         if engine != "sequential" and "sequential" in base:
             speedup = f", {base['sequential'] / median:.1f}x sequential"
@@ -860,9 +876,52 @@ def main_job_model(opts: Options, emit: Emit, check: str, keys: list[str]) -> No
         emit(Row(check, engine, OK, detail, time.perf_counter() - t0))
 
 
+def continual_rows(opts: Options, emit: Emit) -> None:
+    """fedcil-table1 at ``--scale paper``: FedCIL's round (5 clients, an ACGAN of width 64,
+    batch 32, Adam, the server's consolidation) on the sequential and the vectorised engine at
+    50 local steps (--quick: 5 steps, 5 consolidation steps, width 8), timed after a warm-up
+    round; a FedCIL run of the paper (200 rounds of 400 steps) projected from it, an upper
+    bound (the consolidation, a fixed cost per round, is scaled with the steps). The preset's
+    other methods cost less per step (``benchmarks/continual_flops.py``)."""
+    from fedretain.experiments.presets import PRESETS
+    from fedretain.experiments.reproduce.jobs import as_args, resolve_data
+    from fedretain.recipe.config import load_config
+
+    check = "speed: fedcil-table1 paper, FedCIL round"
+    entry = PRESETS.get("fedcil-table1")
+    data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), [])
+    if data.missing:
+        emit(Row(check, "all", NA, f"data missing: {data.missing}", 0.0))
+        return
+    plan = entry.factory("paper", [0], data)
+    spec = next(s for s in plan.runs if s.method == "FedCIL")
+    steps = 5 if opts.quick else 50
+    keys = {**plan.base, **spec.overrides, "local_steps": steps, "device": opts.device}
+    if opts.quick:  # the harness only: the paper's ACGAN takes seconds per step on a CPU
+        keys.update({"algo.consolidation_steps": 5, "model.width": 8})
+    base = 0.0
+    for engine in ("sequential", "vmap"):
+        t0 = time.perf_counter()
+        try:
+            times, _ = timed_rounds(load_config(None, as_args({**keys, "engine": engine})), 2)
+        except Exception as e:
+            emit(Row(check, engine, FAIL, error_text(e), time.perf_counter() - t0))
+            continue
+        per_round = times[-1]
+        hours = per_round * (400 / steps) * 200 / 3600
+        faster = f", {base / per_round:.1f}x sequential" if base else ""
+        base = base or per_round
+        detail = (
+            f"{per_round:.2f} s/round at {steps} local steps{faster}; a FedCIL run of the "
+            f"paper (200 rounds x 400 steps) at most {hours:.2f} h"
+        )
+        emit(Row(check, engine, OK, detail, time.perf_counter() - t0))
+
+
 def speed(opts: Options, emit: Emit) -> None:
     main_job_rows(opts, emit)
     pfl_rows(opts, emit)
+    continual_rows(opts, emit)
 
 
 RUNNERS: dict[str, Callable[[Options, Emit], None]] = {

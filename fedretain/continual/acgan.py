@@ -311,7 +311,8 @@ def sample(
 ) -> Tensor:
     """Images of ``labels`` from ``generator``, a function of ``(weights, labels, seed)``: the
     noise comes from a ``torch.Generator`` seeded with ``seed`` (the global RNG is untouched).
-    No gradients; on the generator's device; in [0, 1] (``unit=False``: the raw [−1, 1]).
+    No gradients; on the generator's device, in its precision; in [0, 1] (``unit=False``: the
+    raw [−1, 1]).
 
     The generator is used in its current mode: in training mode BatchNorm normalises with the
     batch's statistics (and updates its running averages), as the reference's replay does;
@@ -319,9 +320,9 @@ def sample(
     """
     rng = torch.Generator().manual_seed(int(seed))
     z = label_onehot_noise(labels, generator.z_dim, generator.num_classes, rng)
-    device = next(generator.parameters()).device
+    weight = next(generator.parameters())
     with torch.no_grad():
-        x = generator(z.to(device))
+        x = generator(z.to(weight.device, weight.dtype))
     return to_unit(x) if unit else x
 
 

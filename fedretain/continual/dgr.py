@@ -26,7 +26,10 @@ client on (``h = 1``; ``h = 0`` before: real data alone):
 Payloads: as the algorithm's (FedAvg: the classifier ``x``/``y`` and ``buffers``). Client
 state: ``task``, ``gan`` (generator and discriminator parameters), ``gan_buffers``, ``gan_opt``,
 ``last_solver`` (the classifier after the client's last round), ``prev_gen`` / ``prev_solver``
-(at the end of its last task), ``cur`` / ``past`` (class masks). Not vectorisable.
+(at the end of its last task), ``cur`` / ``past`` (class masks). The replay's noise and labels
+are drawn before the round's steps, as :mod:`fedretain.continual.replay` draws them; the
+vectorised engine trains the round's clients (classifiers and GANs) together, each group of
+clients with the same mini-batch plan in one call.
 """
 
 from __future__ import annotations
@@ -41,19 +44,20 @@ from torch import Tensor
 from fedretain.continual.acgan import ADAM_BETAS, Z_DIM, discriminator_loss, generator_loss
 from fedretain.continual.replay import (
     REPLAYS,
-    RNG_KEY,
     _discriminate,
-    _draw,
     _generate,
+    _probs,
     check_scenario,
+    replay_draws,
     replay_generator,
+    task_switch,
 )
 from fedretain.continual.zoo import ACGAN, acgan_model
 from fedretain.core.algorithm import Algorithm, ClientContext
 from fedretain.core.local import advance
 from fedretain.core.optim import adam
 from fedretain.core.task import Batch
-from fedretain.core.tree import Tree, leaves, tree_map
+from fedretain.core.tree import Tree, leaves, tree_map, tree_where
 from fedretain.errors import ConfigError
 
 __all__ = ["with_dgr_replay"]
@@ -93,13 +97,18 @@ def with_dgr_replay(
     autograd_penalty = None if closed is not None else penalty
 
     def client_init(params: Tree) -> Tree:
-        dev = leaves(params)[0].device
-        g = tree_map(lambda v: v.to(dev), gan_params0)
+        first = leaves(params)[0]
+        dev = first.device
+
+        def placed(v: Tensor) -> Tensor:  # on the classifier's device, in its precision
+            return v.to(dev, first.dtype if v.is_floating_point() else v.dtype)
+
+        g = tree_map(placed, gan_params0)
         zeros = torch.zeros(num_classes, device=dev)
         return {
             "task": torch.tensor(-1, dtype=torch.int64),
             "gan": g,
-            "gan_buffers": tree_map(lambda v: v.to(dev), gan_buffers0),
+            "gan_buffers": tree_map(placed, gan_buffers0),
             "gan_opt": gan_opt.init(g),
             "last_solver": _copy(params),
             "prev_gen": _copy(g),
@@ -113,14 +122,11 @@ def with_dgr_replay(
             raise ConfigError("replay=dgr runs only in a continual scenario: set scenario=...")
         state = base_init(down, client_state, ctx)
         gan.to(leaves(state["params"])[0].device)
-        task = ctx.info.round // rounds_per_task
         cs = client_state
-        if int(cs["task"]) < task:  # a boundary since the client's last round
-            prev_gen, prev_solver = cs["gan"], cs["last_solver"]
-            past = torch.clamp(cs["past"] + cs["cur"], max=1.0)
-        else:
-            prev_gen, prev_solver, past = cs["prev_gen"], cs["prev_solver"], cs["past"]
-        rng = replay_generator(ctx.info.seed, ctx.info.round, ctx.client_id).get_state()
+        switch = task_switch(cs, ctx, rounds_per_task)  # a boundary since its last round
+        prev_gen = tree_where(switch, cs["gan"], cs["prev_gen"])
+        prev_solver = tree_where(switch, cs["last_solver"], cs["prev_solver"])
+        past = past_classes(cs, ctx)
         dgr = {
             "gan": cs["gan"],
             "gan_buffers": cs["gan_buffers"],
@@ -131,17 +137,29 @@ def with_dgr_replay(
             "cur": ctx.data["label_mask"].float(),
             "on": (past.sum() > 0).float(),
         }
-        return {**state, "dgr": dgr, RNG_KEY: rng}
+        return {**state, "dgr": dgr}
+
+    def past_classes(client_state: Tree, ctx: ClientContext) -> Tensor:
+        cs = client_state
+        switch = task_switch(cs, ctx, rounds_per_task)
+        return torch.where(switch, torch.clamp(cs["past"] + cs["cur"], max=1.0), cs["past"])
+
+    def local_draws(down: Tree, client_state: Tree, ctx: ClientContext, widths: list[int]) -> Tree:
+        """Per step: replay inputs of the past classes (labelled later by the old solver) and
+        fake labels of the past and current classes, with their generator inputs."""
+        past = past_classes(client_state, ctx)
+        on = (past.sum() > 0).float()
+        cur = ctx.data["label_mask"].float()
+        gen = replay_generator(ctx.info.seed, ctx.info.round, ctx.client_id)
+        return replay_draws([_probs(past), _probs(cur + on * past)], widths, gan.z_dim, gen)
 
     def local_step(state: Tree, batch: Batch, ctx: ClientContext) -> tuple[Tree, dict]:
-        gen = torch.Generator()
-        gen.set_state(state[RNG_KEY])
-        dgr, n = state["dgr"], batch["y"].shape[0]
+        dgr, drawn = state["dgr"], batch["draws"]
         h = dgr["on"]
         if not gan.training:
             gan.train(True)
-        _, z_r = _draw(dgr["past"], n, gan.z_dim, gen)  # labels: the old solver's
-        c, z_f = _draw(dgr["cur"] + h * dgr["past"], n, gan.z_dim, gen)
+        z_r = drawn["z0"]  # labels: the old solver's
+        c, z_f = drawn["labels1"], drawn["z1"]
         with torch.no_grad():
             x_r, _ = _generate(gan, dgr["prev_gen"], dgr["gan_buffers"], z_r)
             old, _ = ctx.task.forward(dgr["prev_solver"], state["buffers"], x_r, train=False)
@@ -179,17 +197,8 @@ def with_dgr_replay(
             d_loss = (1 - 0.5 * h) * d_real + 0.5 * h * d_rep
             return d_loss + generator_loss(src_g, aux_g, c), bufs
 
-        with torch.enable_grad():
-            leaves_ = {k: v.detach().requires_grad_(True) for k, v in dgr["gan"].items()}
-            g_loss, bufs = gan_objective(leaves_)
-            g_grads = torch.autograd.grad(g_loss, list(leaves_.values()), allow_unused=True)
-        g_grads_t = {
-            k: torch.zeros_like(v) if g is None else g
-            for (k, v), g in zip(leaves_.items(), g_grads, strict=True)
-        }
-        gan_params, gan_opt_state = gan_opt.update(
-            g_grads_t, dgr["gan_opt"], dgr["gan"], state["lr"]
-        )
+        g_grads, bufs = ctx.task.grad_and_aux(gan_objective, dgr["gan"])
+        gan_params, gan_opt_state = gan_opt.update(g_grads, dgr["gan_opt"], dgr["gan"], state["lr"])
         gan_buffers = {**dgr["gan_buffers"], **{k: v.detach() for k, v in bufs.items()}}
         new_dgr = {
             **dgr,
@@ -197,7 +206,7 @@ def with_dgr_replay(
             "gan_buffers": gan_buffers,
             "gan_opt": gan_opt_state,
         }
-        return {**new, "dgr": new_dgr, RNG_KEY: gen.get_state()}, {"loss": loss}
+        return {**new, "dgr": new_dgr}, {"loss": loss}
 
     def local_final(state: Tree, client_state: Tree, ctx: ClientContext) -> tuple[Tree, Tree]:
         uplink, _ = base_final(state, client_state, ctx)
@@ -222,7 +231,8 @@ def with_dgr_replay(
         local_init=local_init,
         local_step=local_step,
         local_final=local_final,
-        vectorisable=False,
+        local_draws=local_draws,
+        paddable=False,
         hparams={
             **algorithm.hparams,
             "replay": "dgr",

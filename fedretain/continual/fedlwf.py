@@ -40,17 +40,23 @@ from fedretain.core.algorithm import Algorithm, ClientContext
 from fedretain.core.local import advance
 from fedretain.core.optim import Optimizer
 from fedretain.core.task import Batch
-from fedretain.core.tree import Tree, leaves, tree_map
+from fedretain.core.tree import Tree, leaves, tree_map, tree_where
 from fedretain.errors import ConfigError
 
 __all__ = ["fedlwf2t", "soft_kl"]
 
 
-def soft_kl(teacher: Tensor, student: Tensor, temperature: float) -> Tensor:
-    """``KL(softmax(teacher / T) || softmax(student / T))``, the batch mean of per-sample sums."""
+def soft_kl(
+    teacher: Tensor, student: Tensor, temperature: float, weights: Tensor | None = None
+) -> Tensor:
+    """``KL(softmax(teacher / T) || softmax(student / T))``, the batch mean of per-sample sums
+    (with sample ``weights``, the weighted mean: padding, of weight 0, does not count)."""
     log_q = F.log_softmax(teacher / temperature, dim=-1)
     log_p = F.log_softmax(student / temperature, dim=-1)
-    return (log_q.exp() * (log_q - log_p)).sum(-1).mean()
+    per_sample = (log_q.exp() * (log_q - log_p)).sum(-1)
+    if weights is None:
+        return per_sample.mean()
+    return (per_sample * weights).sum() / weights.sum().clamp_min(1.0)
 
 
 def fedlwf2t(
@@ -97,10 +103,10 @@ def fedlwf2t(
         state = base_init(down, client_state, ctx)
         task = ctx.info.round // rounds_per_task
         cs = client_state
-        if int(cs["task"]) < task and int(cs["task"]) >= 0:  # the client's last task ended
-            prev, has_prev = cs["last"], torch.ones_like(cs["has_prev"])
-        else:
-            prev, has_prev = cs["prev"], cs["has_prev"]
+        # the client's last task ended (vmap-safe: no branch on the stored task)
+        ended = ((cs["task"] < task) & (cs["task"] >= 0)).to(cs["has_prev"].device)
+        prev = tree_where(ended, cs["last"], cs["prev"])
+        has_prev = torch.where(ended, torch.ones_like(cs["has_prev"]), cs["has_prev"])
         # the weights of the three terms: CE alone in the first task (the reference's)
         a, b = (alpha, beta) if task > 0 else (1.0, 0.0)
         b_eff = b * has_prev
@@ -128,8 +134,8 @@ def fedlwf2t(
             loss = (per_example * w).sum() / w.sum().clamp_min(1.0)
             total = (
                 lwf["w_ce"] * loss
-                + lwf["w_prev"] * soft_kl(t_prev, logits, temperature)
-                + lwf["w_glob"] * soft_kl(t_glob, logits, temperature)
+                + lwf["w_prev"] * soft_kl(t_prev, logits, temperature, w)
+                + lwf["w_glob"] * soft_kl(t_glob, logits, temperature, w)
             )
             return total, (loss.detach(), new_buffers)
 
@@ -154,7 +160,6 @@ def fedlwf2t(
         local_init=local_init,
         local_step=local_step,
         local_final=local_final,
-        vectorisable=False,
         hparams={
             "alpha": alpha,
             "beta": beta,

@@ -39,9 +39,13 @@ class of its earlier tasks). ``local_init`` detects a task boundary from the rou
 ``rounds_per_task``: when the client's stored task is older, ``prev`` becomes ``last`` and
 ``past`` takes in ``cur``. In the first task (no past classes) there is no replay.
 
-Noise and labels come from a generator seeded with (run seed, round, client): a pure function
-of the round's inputs on every engine. Not vectorisable (the vectorised engine falls back to
-the sequential one).
+Noise and labels come from a generator seeded with (run seed, round, client), drawn for the
+client's whole round before its first step (``Algorithm.local_draws``, :func:`replay_draws`),
+step by step in the order the step uses them: a pure function of the round's inputs, the same
+on every engine. The vectorised engine trains the round's clients together (their generators
+and discriminators under vmap), each group of clients with the same mini-batch plan in one
+call: the generator's BatchNorm normalises with the batch's statistics, which padding would
+change; every client keeps its own running statistics.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from fedretain.continual.zoo import ACGAN
 from fedretain.core.algorithm import Algorithm, ClientContext, LocalStepFn
 from fedretain.core.local import LocalRule, advance
 from fedretain.core.task import Batch
-from fedretain.core.tree import Tree, leaves, tree_map
+from fedretain.core.tree import Tree, leaves, tree_map, tree_where
 from fedretain.errors import ConfigError
 from fedretain.models.registry import functional_method
 from fedretain.registry import Registry, kind
@@ -66,7 +70,6 @@ from fedretain.registry import Registry, kind
 __all__ = ["REPLAYS", "acgan_replay", "generator_part", "replay_of", "with_acgan_replay"]
 
 _STREAM = 0x5EB1A7  # the replay's noise stream, apart from DP-SGD's
-RNG_KEY = "replay_rng"
 GEN = "generator."
 DIS = "discriminator."
 
@@ -93,21 +96,80 @@ def _noise(labels: Tensor, num_classes: int, z_dim: int, gen: torch.Generator) -
     return z
 
 
-def _draw(mask: Tensor, n: int, z_dim: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
-    """``n`` labels uniform over the classes of ``mask`` (all classes when it is empty) and
-    their generator inputs (one-hot label first, then N(0, 1) noise), on ``mask``'s device."""
+def _probs(mask: Tensor) -> Tensor:
+    """Sampling weights (CPU) uniform over the classes of the 0/1 ``mask``; all classes when it
+    is empty (whatever is drawn from it is then weighted 0)."""
     probs = mask.detach().float().cpu()
-    probs = probs + (probs.sum() == 0).float()  # an empty mask: any class (weighted 0 later)
+    return probs + (probs.sum() == 0).float()
+
+
+def _draw(probs: Tensor, n: int, z_dim: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """``n`` labels drawn with the weights ``probs`` (:func:`_probs`) and their generator inputs
+    (one-hot label first, then N(0, 1) noise), on the CPU."""
     labels = torch.multinomial(probs, n, replacement=True, generator=gen)
-    z = _noise(labels, probs.numel(), z_dim, gen)
-    return labels.to(mask.device), z.to(mask.device)
+    return labels, _noise(labels, probs.numel(), z_dim, gen)
+
+
+def with_labels(z: Tensor, labels: Tensor, num_classes: int) -> Tensor:
+    """Generator inputs ``z`` with their first ``num_classes`` entries the one-hot ``labels``
+    (vmap-safe: no indexing by the labels' values)."""
+    classes = torch.arange(num_classes, device=labels.device)
+    onehot = (labels.unsqueeze(-1) == classes).to(z.dtype)
+    return torch.cat([onehot, z[..., num_classes:]], dim=-1)
+
+
+def replay_draws(
+    spec: list[Tensor | int | None], widths: list[int], z_dim: int, gen: torch.Generator
+) -> Tree:
+    """A client's replay noise and labels for the steps of ``widths``, drawn step by step in
+    the order the local step uses them. ``spec`` has one entry per draw of a step: class
+    weights (:func:`_probs`): labels drawn with them and their generator inputs (``labels<i>``,
+    ``z<i>``); an int ``j``: new generator inputs for the labels of draw ``j`` (``z<i>``);
+    None: N(0, 1) noise alone (``z<i>``, its one-hot part set in the step). Each leaf is
+    ``(T, max(widths), ...)``, zero past a step's width."""
+    width = max(widths)
+    out: dict[str, list[Tensor]] = {}
+    for n in widths:
+        step: dict[str, Tensor] = {}
+        for i, p in enumerate(spec):
+            if p is None:
+                step[f"z{i}"] = torch.randn(n, z_dim, generator=gen)
+            elif isinstance(p, int):
+                probs = spec[p]
+                assert isinstance(probs, Tensor)
+                step[f"z{i}"] = _noise(step[f"labels{p}"], probs.numel(), z_dim, gen)
+            else:
+                step[f"labels{i}"], step[f"z{i}"] = _draw(p, n, z_dim, gen)
+        for key, v in step.items():
+            padded = v.new_zeros((width, *v.shape[1:]))
+            padded[:n] = v
+            out.setdefault(key, []).append(padded)
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+def _own(buffers: Tree, like: Tensor) -> Tree:
+    """Copies of ``buffers`` for BatchNorm to update in place: under vmap batched like ``like``
+    (each client its own copy, where the round's downlink would be shared), else plain copies;
+    the same values either way."""
+    zero = torch.zeros_like(like.flatten()[:1]).sum()
+    return {k: v + zero.to(v.dtype) for k, v in buffers.items()}
 
 
 def _generate(model: ACGAN, params: Tree, buffers: Tree, z: Tensor) -> tuple[Tensor, Tree]:
-    """Images in [0, 1] from the generator (training mode) and its buffers after the call."""
-    bufs = {k: v.clone() for k, v in generator_part(buffers).items()}
-    x = functional_method(model, {**generator_part(params), **bufs}, "generate", z)
+    """Images in [0, 1] from the generator (training mode) and its buffers after the call;
+    ``z`` (drawn in float32) in the generator's precision."""
+    weights = generator_part(params)
+    z = z.to(next(iter(weights.values())).dtype)
+    bufs = _own(generator_part(buffers), z)
+    x = functional_method(model, {**weights, **bufs}, "generate", z)
     return to_unit(x), bufs
+
+
+def task_switch(client_state: Tree, ctx: ClientContext, rounds_per_task: int) -> Tensor:
+    """Whether the client's task changed since its last round (a 0-dim bool on the device of
+    its class masks); vmap-safe."""
+    task = ctx.info.round // rounds_per_task
+    return (client_state["task"] < task).to(client_state["past"].device)
 
 
 def _discriminate(model: ACGAN, params: Tree, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -129,21 +191,16 @@ def acgan_local_step(rule: LocalRule, consistency: Any = None) -> LocalStepFn:
         model: ACGAN = ctx.task.model  # type: ignore[assignment]
         if not model.training:
             model.train(True)
-        gen = torch.Generator()
-        gen.set_state(state[RNG_KEY])
-        n = batch["y"].shape[0]
-        rep = state["replay"]
+        rep, drawn = state["replay"], batch["draws"]
         h = rep["on"]  # 1.0: the client has past classes to replay
-        r, z_r = _draw(rep["past"], n, model.z_dim, gen)
-        c, z_f = _draw(rep["cur"] + h * rep["past"], n, model.z_dim, gen)
+        r, z_r = drawn["labels0"], drawn["z0"]
+        c, z_f = drawn["labels1"], drawn["z1"]
         with torch.no_grad():
             x_r, _ = _generate(model, rep["prev"], state["buffers"], z_r)
         if consistency is not None:
             glob = state["down"]["x"]
-            num_classes = rep["cur"].numel()
-            z_gy = _noise(batch["y"], num_classes, model.z_dim, gen).to(batch["y"].device)
-            a, z_a = _draw(rep["available"], n, model.z_dim, gen)
-            z_o = _noise(a, num_classes, model.z_dim, gen).to(a.device)
+            z_gy = with_labels(drawn["z2"], batch["y"], rep["cur"].shape[-1])
+            a, z_a, z_o = drawn["labels3"], drawn["z3"], drawn["z4"]
             with torch.no_grad():
                 x_gy, _ = _generate(model, glob, state["buffers"], z_gy)
                 x_s, _ = _generate(model, glob, state["buffers"], z_a)
@@ -173,8 +230,7 @@ def acgan_local_step(rule: LocalRule, consistency: Any = None) -> LocalStepFn:
             grads = penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
         if correct is not None:
             grads = correct(grads, state)
-        new = advance(opt, state, grads, new_buffers)
-        return {**new, RNG_KEY: gen.get_state()}, {"loss": loss}
+        return advance(opt, state, grads, new_buffers), {"loss": loss}
 
     return local_step
 
@@ -213,25 +269,49 @@ def with_acgan_replay(
             "past": zeros.clone(),
         }
 
+    def classes(down: Tree, client_state: Tree, ctx: ClientContext) -> dict[str, Tensor]:
+        """The client's class masks this round: ``past`` (its earlier tasks'), ``cur`` (its
+        current task's) and, for FedCIL, ``available`` (those the global generator knows, with
+        its own)."""
+        cs = client_state
+        switch = task_switch(cs, ctx, rounds_per_task)
+        past = torch.where(switch, torch.clamp(cs["past"] + cs["cur"], max=1.0), cs["past"])
+        cur = ctx.data["label_mask"].float()
+        masks = {"past": past, "cur": cur}
+        if consistency is not None:
+            known = down.get("classes", torch.zeros_like(cur))
+            masks["available"] = torch.clamp(known + past + cur, max=1.0)
+        return masks
+
     def local_init(down: Tree, client_state: Tree, ctx: ClientContext) -> Tree:
         if rounds_per_task < 1 or not isinstance(ctx.task.model, ACGAN):
             raise ConfigError(outside)
         state = base_init(down, client_state, ctx)
-        task = ctx.info.round // rounds_per_task
         cs = client_state
-        if int(cs["task"]) < task:  # a boundary since the client's last round
-            prev, past = cs["last"], torch.clamp(cs["past"] + cs["cur"], max=1.0)
-        else:
-            prev, past = cs["prev"], cs["past"]
-        on = (past.sum() > 0).float()
-        rng = replay_generator(ctx.info.seed, ctx.info.round, ctx.client_id).get_state()
-        cur = ctx.data["label_mask"].float()
-        replay_state = {"prev": prev, "past": past, "cur": cur, "on": on}
-        if consistency is not None:  # the classes the global generator knows (with our own)
-            known = down.get("classes", torch.zeros_like(cur))
-            replay_state["available"] = torch.clamp(known + past + cur, max=1.0)
+        prev = tree_where(task_switch(cs, ctx, rounds_per_task), cs["last"], cs["prev"])
+        masks = classes(down, client_state, ctx)
+        on = (masks["past"].sum() > 0).float()
+        replay_state = {"prev": prev, **masks, "on": on}
+        if consistency is not None:  # the global generator is trained from round 1 on
+            cur = masks["cur"]
             replay_state["g_on"] = torch.tensor(float(ctx.info.round > 0), device=cur.device)
-        return {**state, "replay": replay_state, RNG_KEY: rng}
+        return {**state, "replay": replay_state}
+
+    def local_draws(down: Tree, client_state: Tree, ctx: ClientContext, widths: list[int]) -> Tree:
+        """The step's draws, in its order: replayed labels (past classes), fake labels (past
+        and current), and for FedCIL the noise for the real labels, labels the global generator
+        knows, and the own generator's inputs for those."""
+        masks = classes(down, client_state, ctx)
+        on = (masks["past"].sum() > 0).float()
+        spec: list[Tensor | int | None] = [
+            _probs(masks["past"]),
+            _probs(masks["cur"] + on * masks["past"]),
+        ]
+        if consistency is not None:
+            spec += [None, _probs(masks["available"]), 3]
+        z_dim = ctx.task.model.z_dim  # type: ignore[union-attr]
+        gen = replay_generator(ctx.info.seed, ctx.info.round, ctx.client_id)
+        return replay_draws(spec, widths, int(z_dim), gen)
 
     def local_final(state: Tree, client_state: Tree, ctx: ClientContext) -> tuple[Tree, Tree]:
         uplink, _ = base_final(state, client_state, ctx)
@@ -252,7 +332,8 @@ def with_acgan_replay(
         local_init=local_init,
         local_step=acgan_local_step(rule, consistency),
         local_final=local_final,
-        vectorisable=False,
+        local_draws=local_draws,
+        paddable=False,
         hparams={**algorithm.hparams, "replay": "acgan", "rounds_per_task": rounds_per_task},
         local_rule=None,  # the local step is no longer the rule's
     )

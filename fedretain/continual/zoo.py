@@ -34,6 +34,10 @@ __all__ = ["ACGAN", "acgan_model"]
 class ACGAN(nn.Module):
     """Generator + discriminator; ``forward(x)`` is the auxiliary classifier's logits."""
 
+    # the forward never runs the generator: its BatchNorm does not stop the vectorised engine
+    # (a replay, the only caller, keeps the generator's statistics per client)
+    outside_forward = ("generator",)
+
     def __init__(self, generator: nn.Module, discriminator: nn.Module) -> None:
         super().__init__()
         self.generator = generator

@@ -60,6 +60,7 @@ BroadcastFn = Callable[[Tree, RoundInfo], Tree]
 LocalInitFn = Callable[[Tree, Tree, ClientContext], Tree]
 LocalStepFn = Callable[[Tree, Batch, ClientContext], tuple[Tree, dict[str, Tensor]]]
 LocalFinalFn = Callable[[Tree, Tree, ClientContext], tuple[Tree, Tree]]
+DrawFn = Callable[[Tree, Tree, ClientContext, list[int]], Tree]
 AggregateFn = Callable[[Tree, Tree, Tensor, RoundInfo], tuple[Tree, dict[str, Tensor]]]
 
 
@@ -87,6 +88,18 @@ class Algorithm:
     an algorithm whose ``local_init`` or ``local_final`` reads the client's training data (a
     full gradient, a Fisher information): a transformation of the local step alone does not
     cover what it sends.
+
+    ``local_draws`` (None: none) is for a local step that uses random numbers of its own (a
+    generator's noise, sampled labels): ``local_draws(downlink, client_state, ctx, widths)``
+    draws them for the client's whole round before its first step, on the host, from a
+    generator seeded by the run's seed, the round and the client, so that the numbers are the
+    same on every engine (a vmapped step cannot draw from a per-client generator). It returns a
+    tree of CPU tensors with one row per step and ``max(widths)`` columns (``widths[t]``: the
+    samples of step ``t``; the columns past it are zero); the engine hands step ``t`` its rows
+    as ``batch["draws"]``, cut to the step's width. ``paddable=False``: the local step must not
+    see padding (its batch statistics, a generator's BatchNorm, would include the padded
+    samples), so the vectorised engine trains together only clients whose mini-batch plans have
+    the same shape; an algorithm with ``local_draws`` sets it.
     """
 
     name: str
@@ -108,6 +121,8 @@ class Algorithm:
     reads_data_outside_step: bool = False
     # why ``vectorisable`` is False, when a transformation keeping the name made it so
     sequential_because: str = ""
+    local_draws: DrawFn | None = None  # the local steps' random numbers, drawn beforehand
+    paddable: bool = True  # whether the vectorised engine may pad the local steps
 
     def follows_local_rule(self) -> bool:
         """Whether ``local_step`` is the one ``local_rule`` built (not replaced since)."""

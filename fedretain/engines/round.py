@@ -128,17 +128,36 @@ def train_client(
     """Local training of one client: ``local_init``, one ``local_step`` per mini-batch of
     ``plan``, ``local_final``. Pure: nothing outside its arguments is read or changed."""
     ctx = ClientContext(task=task, info=info, client_id=cid, num_samples=len(data["y"]), data=data)
-    state = algorithm.local_init(downlink, client_state, ctx)
     device = data["y"].device
+    draws = local_draws(algorithm, downlink, client_state, ctx, plan, device)
+    state = algorithm.local_init(downlink, client_state, ctx)
     losses = []
-    for idx in plan:
+    for t, idx in enumerate(plan):
         i = torch.from_numpy(idx).to(device)
         batch = {"x": data["x"][i], "y": data["y"][i], "w": data["w"][i], "idx": i}
         batch["label_mask"] = data["label_mask"]
+        if draws is not None:
+            batch["draws"] = tree_map(lambda v, t=t, n=idx.size: v[t, :n], draws)
         state, metrics = algorithm.local_step(state, batch, ctx)
         losses.append(metrics["loss"])
     uplink, new_state = algorithm.local_final(state, client_state, ctx)
     return ClientUpdate(uplink, new_state, torch.stack(losses).mean(), state)
+
+
+def local_draws(
+    algorithm: Algorithm,
+    downlink: Tree,
+    client_state: Tree,
+    ctx: ClientContext,
+    plan: list[np.ndarray],
+    device: torch.device,
+) -> Tree | None:
+    """The random numbers of a client's local steps (``Algorithm.local_draws``) on ``device``,
+    one row per step of ``plan``; None for an algorithm that draws none."""
+    if algorithm.local_draws is None:
+        return None
+    draws = algorithm.local_draws(downlink, client_state, ctx, [len(b) for b in plan])
+    return tree_map(lambda v: v.to(device), draws)
 
 
 class Dropped(NamedTuple):

@@ -41,8 +41,19 @@ very same, chunks and order included. CUDA devices need ``device=cuda`` for the 
 results are gathered, and whose deterministic settings apply to every GPU); ``cpu`` entries are
 allowed anywhere (tests). With ``compile=True`` each device compiles its own graphs.
 
-Random numbers: no vectorisable algorithm draws any in its local step (those that do, DP-SGD
-and the generative-replay methods, run sequentially); a model with dropout does, from the
+An algorithm whose local steps must not be padded (``paddable=False``: the generative-replay
+methods, whose generators' BatchNorm normalises with the batch's statistics) trains each group
+of a chunk's clients with the same plan shape (step count and every step's width) in its own
+vmapped calls, unpadded and unmasked; the groups' results are merged back in the chunk's order.
+A model's BatchNorm is refused unless it sits in a part its forward never runs (the model's
+``outside_forward``: an ACGAN's generator), which only such a step runs, keeping its statistics
+per client.
+
+Random numbers: a vectorisable algorithm whose local step needs its own (the generative-replay
+methods' labels and noise) draws them before the round's steps on the host
+(``Algorithm.local_draws``, client by client as the sequential engine does) and gets them
+stacked, step by step, as ``batch["draws"]``; DP-SGD, whose noise has the model's size per step,
+runs sequentially. A model with dropout draws in its step, from the
 default generator of the device the chunk runs on (``randomness="different"``: one mask per
 client). Over CPU devices that is the one generator, drawn in the one-device run's order: the
 same masks. Over several CUDA devices each GPU draws from its own generator (all seeded alike
@@ -97,7 +108,19 @@ def vectorisable(algorithm: Algorithm, model: nn.Module) -> str | None:
     if not algorithm.vectorisable:
         why = f": {algorithm.sequential_because}" if algorithm.sequential_because else ""
         return f"algorithm {algorithm.name} is not vectorisable{why}"
-    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+    if algorithm.local_draws is not None and algorithm.paddable:
+        return f"algorithm {algorithm.name} draws random numbers per step but allows padding"
+    # modules the model's forward never runs (an ACGAN's generator): only a local step that
+    # calls them itself does, keeping their statistics per client (generative replay)
+    outside = {
+        id(m)
+        for name in getattr(model, "outside_forward", ())
+        for m in model.get_submodule(name).modules()
+    }
+    if any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and id(m) not in outside
+        for m in model.modules()
+    ):
         return "BatchNorm updates its running statistics in place, which vmap cannot stack"
     return None
 
@@ -179,18 +202,18 @@ class VmapEngine:
     def close(self) -> None:
         """Nothing to release."""
 
+    @staticmethod
     def _plans(
-        self, clients: Clients, algo: Algorithm, cids: list[int], info: RoundInfo
+        clients: Clients, plans: list[list[np.ndarray]]
     ) -> tuple[Tensor, Tensor, Tensor, list[bool]]:
-        """Padded batch indices (K, T, B), sample weights (K, T, B), live steps (K, T), and
-        for each step whether every client takes it (known on the host, so no device sync);
-        on the clients' device."""
-        plans = [clients.plan(c, info, algo) for c in cids]
+        """The chunk's mini-batch ``plans`` as padded batch indices (K, T, B), sample weights
+        (K, T, B), live steps (K, T), and for each step whether every client takes it (known on
+        the host, so no device sync); on the clients' device."""
         steps = max(len(p) for p in plans)
         width = max(len(b) for p in plans for b in p)
-        idx = np.zeros((len(cids), steps, width), dtype=np.int64)
-        wts = np.zeros((len(cids), steps, width), dtype=np.float32)
-        live = np.zeros((len(cids), steps), dtype=bool)
+        idx = np.zeros((len(plans), steps, width), dtype=np.int64)
+        wts = np.zeros((len(plans), steps, width), dtype=np.float32)
+        live = np.zeros((len(plans), steps), dtype=bool)
         for k, plan in enumerate(plans):
             for t, b in enumerate(plan):
                 idx[k, t, : len(b)] = b
@@ -236,7 +259,9 @@ class VmapEngine:
             return self._step_fns[1], self._step_fns[2]
         task = self.vtask
 
-        def step(state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, info: RoundInfo):
+        def step(
+            state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, dr: Tree, info: RoundInfo
+        ):
             batch = {
                 "x": d["x"][i],
                 "y": d["y"][i],
@@ -244,18 +269,27 @@ class VmapEngine:
                 "label_mask": d["label_mask"],
                 "idx": i,
             }
+            if dr:
+                batch["draws"] = dr
             ctx = ClientContext(task=task, info=info, client_id=-1, num_samples=num, data=d)
             new, metrics = algo.local_step(state, batch, ctx)
             return new, metrics["loss"]
 
         def masked_step(
-            state: Tree, num: Tensor, d: Tree, i: Tensor, w: Tensor, alive: Tensor, info: RoundInfo
+            state: Tree,
+            num: Tensor,
+            d: Tree,
+            i: Tensor,
+            w: Tensor,
+            dr: Tree,
+            alive: Tensor,
+            info: RoundInfo,
         ):
-            new, loss = step(state, num, d, i, w, info)
+            new, loss = step(state, num, d, i, w, dr, info)
             return _keep_live(alive, new, state), torch.where(alive, loss, 0.0)
 
-        vstep = vmap(step, in_dims=(0, 0, 0, 0, 0, None), randomness="different")
-        vmasked = vmap(masked_step, in_dims=(0, 0, 0, 0, 0, 0, None), randomness="different")
+        vstep = vmap(step, in_dims=(0, 0, 0, 0, 0, 0, None), randomness="different")
+        vmasked = vmap(masked_step, in_dims=(0, 0, 0, 0, 0, 0, 0, None), randomness="different")
         if self.compile:
             eager_step, eager_masked = vstep, vmasked
 
@@ -279,16 +313,47 @@ class VmapEngine:
     def _inputs(self, work: Work, cids: list[int], device: torch.device, downlink: Tree) -> _Chunk:
         """A chunk's inputs on ``device``: client data, mini-batch plans, stacked client states
         and their sizes (``downlink``: the round's, already on ``device``)."""
-        clients = work.clients
+        clients, algo = work.clients, work.algorithm
         here = clients if device == clients.device else replace(clients, device=device)
         data = self._data(here, cids, self._length(clients))
-        idx, wts, live, all_live = self._plans(here, work.algorithm, cids, work.info)
-        client_states = _moved(tree_stack([work.state(c) for c in cids]), device)
+        plans = [clients.plan(c, work.info, algo) for c in cids]
+        idx, wts, live, all_live = self._plans(here, plans)
+        states = [work.state(c) for c in cids]
+        client_states = _moved(tree_stack(states), device)
         sizes = torch.tensor([clients.size(c) for c in cids], device=device)
-        return _Chunk(cids, device, downlink, data, idx, wts, live, all_live, client_states, sizes)
+        widths = [tuple(len(b) for b in plan) for plan in plans]
+        draws = _moved(_stacked_draws(work, cids, states, widths), device)
+        return _Chunk(
+            cids,
+            device,
+            downlink,
+            data,
+            idx,
+            wts,
+            live,
+            all_live,
+            client_states,
+            sizes,
+            widths,
+            draws,
+        )
 
     def _compute(self, work: Work, chunk: _Chunk) -> Trained:
-        """Local training of a chunk on its device (:meth:`train_chunk`)."""
+        """Local training of a chunk on its device (:meth:`train_chunk`). An algorithm whose
+        steps must not be padded (``paddable=False``) trains each group of clients with the same
+        plan shape together, the results merged back in the chunk's order."""
+        if work.algorithm.paddable:
+            return self._compute_group(work, chunk)
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for k, shape in enumerate(chunk.widths):
+            groups.setdefault(shape, []).append(k)
+        if len(groups) == 1:
+            return self._compute_group(work, chunk)
+        parts = [(rows, self._compute_group(work, chunk.rows(rows))) for rows in groups.values()]
+        return _merged(parts, chunk.cids)
+
+    def _compute_group(self, work: Work, chunk: _Chunk) -> Trained:
+        """Local training of a chunk, or of a group of it with one plan shape."""
         algo, task, info = work.algorithm, self.vtask, work.info
         cids, downlink, data, sizes = chunk.cids, chunk.downlink, chunk.data, chunk.sizes
         client_states, all_live = chunk.client_states, chunk.all_live
@@ -309,11 +374,16 @@ class VmapEngine:
         # step-major, so that each step's slice has the same strides whatever the step count
         idx, wts, live = (_dense(a.transpose(0, 1)) for a in (chunk.idx, chunk.wts, chunk.live))
         loss_sum = torch.zeros(len(cids), device=chunk.device)
-        for t in range(idx.shape[0]):
+        # unpadded (paddable=False): the group's common widths, step by step
+        exact = None if algo.paddable else chunk.widths[0]
+        for t in range(idx.shape[0] if exact is None else len(exact)):
+            n = idx.shape[-1] if exact is None else exact[t]
+            dr = tree_map(lambda v, t=t, n=n: _dense(v[:, t, :n]), chunk.draws)
+            i, w = idx[t][:, :n], wts[t][:, :n]
             if all_live[t]:  # every client of the chunk takes this step: no masking needed
-                state, loss = vstep(state, sizes, data, idx[t], wts[t], info)
+                state, loss = vstep(state, sizes, data, i, w, dr, info)
             else:
-                state, loss = vmasked(state, sizes, data, idx[t], wts[t], live[t], info)
+                state, loss = vmasked(state, sizes, data, i, w, dr, live[t], info)
             loss_sum = loss_sum + loss
         uplinks, new_states = vmap(final, randomness="different")(state, client_states, sizes, data)
         return Trained(
@@ -339,6 +409,81 @@ class _Chunk:
     all_live: list[bool]  # per step: whether every client takes it
     client_states: Tree
     sizes: Tensor
+    widths: list[tuple[int, ...]]  # per client: the samples of each of its steps
+    draws: Tree  # (K, T, W, ...) the local steps' random numbers ({}: none)
+
+    def rows(self, rows: list[int]) -> _Chunk:
+        """The chunk's clients ``rows`` (a group with one plan shape: no padded steps)."""
+        index = torch.tensor(rows, device=self.device)
+        steps = len(self.widths[rows[0]])
+
+        def pick(tree: Any) -> Any:
+            if isinstance(tree, Tensor):
+                return tree.index_select(0, index)
+            return tree_map(lambda v: v.index_select(0, index), tree)
+
+        return _Chunk(
+            cids=[self.cids[k] for k in rows],
+            device=self.device,
+            downlink=self.downlink,
+            data=pick(self.data),
+            idx=pick(self.idx)[:, :steps],
+            wts=pick(self.wts)[:, :steps],
+            live=pick(self.live)[:, :steps],
+            all_live=[True] * steps,
+            client_states=pick(self.client_states),
+            sizes=pick(self.sizes),
+            widths=[self.widths[k] for k in rows],
+            draws=pick(self.draws),
+        )
+
+
+def _stacked_draws(
+    work: Work, cids: list[int], states: list[Tree], widths: list[tuple[int, ...]]
+) -> Tree:
+    """The chunk's ``Algorithm.local_draws``, drawn client by client on the host as the
+    sequential engine draws them, stacked (K, T, W, ...) with zeros where a client has fewer
+    steps or narrower ones; ``{}`` for an algorithm that draws none."""
+    algo, clients = work.algorithm, work.clients
+    if algo.local_draws is None:
+        return {}
+    drawn = []
+    for cid, state, shape in zip(cids, states, widths, strict=True):
+        data = clients.data(cid)
+        ctx = ClientContext(
+            task=work.task, info=work.info, client_id=cid, num_samples=len(data["y"]), data=data
+        )
+        drawn.append(algo.local_draws(work.downlink, state, ctx, list(shape)))
+    steps = max(len(w) for w in widths)
+    width = max(max(w) for w in widths)
+
+    def padded(v: Tensor) -> Tensor:
+        out = v.new_zeros((steps, width, *v.shape[2:]))
+        out[: v.shape[0], : v.shape[1]] = v
+        return out
+
+    return tree_stack([tree_map(padded, d) for d in drawn])
+
+
+def _merged(parts: list[tuple[list[int], Trained]], cids: list[int]) -> Trained:
+    """Groups' results (each with its rows of the chunk) as one, in the chunk's order."""
+    order = torch.tensor([k for rows, _ in parts for k in rows])
+    inverse = torch.argsort(order)
+
+    def joined(trees: list[Tree | None]) -> Tree | None:
+        if trees[0] is None:
+            return None
+        return tree_map(lambda *vs: torch.cat(vs).index_select(0, inverse.to(vs[0].device)), *trees)
+
+    trained = [t for _, t in parts]
+    losses = joined([{"loss": t.losses} for t in trained])
+    return Trained(
+        clients=cids,
+        uplinks=joined([t.uplinks for t in trained]),
+        losses=None if losses is None else losses["loss"],
+        states=joined([t.states for t in trained]),
+        models=joined([t.models for t in trained]),
+    )
 
 
 def _current(device: torch.device) -> contextlib.AbstractContextManager[Any]:

@@ -39,8 +39,9 @@ of ``threads=1``: the two-thread engine's up to summation order.
 
 On a CPU the vectorised engine takes :data:`CPU_CHUNK` clients per call unless ``engine.chunk``
 says otherwise (chunks of 25 and 50 were no faster on the MLP and 1.5x slower on the CNN); on
-CUDA the chunk is sized to memory. The choice and its reason are printed once and written to
-``summary.json`` (``engine``, ``engine_choice``).
+CUDA the chunk is sized to an eighth of the GPU's memory
+(:func:`~fedretain.engines.vmap.memory_budget`). The choice and its reason are printed once and
+written to ``summary.json`` (``engine``, ``engine_choice``).
 
 ``engine.devices`` (``all`` or a list, see :mod:`fedretain.engines.vmap`) is checked whatever
 the choice and goes to the vectorised engine where the rule picks it (the rule itself looks at

@@ -181,3 +181,21 @@ def test_all_gpus_equal_the_plain_cuda_run():
     assert rounds.engine.devices == [torch.device("cuda", k) for k in range(count)]
     assert next(iter(split["x"].values())).device == next(iter(plain["x"].values())).device
     assert _max_diff(plain, split) < BOUND
+
+
+def test_a_gpu_chunk_is_sized_to_an_eighth_of_its_memory(monkeypatch):
+    """1 GiB on a CPU; on a GPU an eighth of its memory, read from the GPU's properties (not
+    its free memory, which would change the chunks, and the numbers, from run to run)."""
+    from fedretain.engines import vmap
+
+    class H100:
+        total_memory = 80 * 10**9
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: asked.append(d) or H100())
+    assert vmap.memory_budget(torch.device("cpu")) == 1 << 30 and not asked
+    assert vmap.memory_budget(torch.device("cuda", 1)) == 10 * 10**9
+    assert asked == [torch.device("cuda", 1)]
+    fed, rounds = build_rounds(make_config({**BASE, "engine": "vmap"}))
+    per_client = 8 * sum(p.numel() * 4 for p in fed.task.model.parameters())
+    assert rounds.engine.chunk_size(10**9) == (1 << 30) // per_client  # the CPU's budget

@@ -48,6 +48,7 @@ from fedretain.continual.replay import (
     _generate,
     _probs,
     check_scenario,
+    past_classes,
     replay_draws,
     replay_generator,
     task_switch,
@@ -126,7 +127,7 @@ def with_dgr_replay(
         switch = task_switch(cs, ctx, rounds_per_task)  # a boundary since its last round
         prev_gen = tree_where(switch, cs["gan"], cs["prev_gen"])
         prev_solver = tree_where(switch, cs["last_solver"], cs["prev_solver"])
-        past = past_classes(cs, ctx)
+        past = past_classes(cs, ctx, rounds_per_task)
         dgr = {
             "gan": cs["gan"],
             "gan_buffers": cs["gan_buffers"],
@@ -139,15 +140,10 @@ def with_dgr_replay(
         }
         return {**state, "dgr": dgr}
 
-    def past_classes(client_state: Tree, ctx: ClientContext) -> Tensor:
-        cs = client_state
-        switch = task_switch(cs, ctx, rounds_per_task)
-        return torch.where(switch, torch.clamp(cs["past"] + cs["cur"], max=1.0), cs["past"])
-
     def local_draws(down: Tree, client_state: Tree, ctx: ClientContext, widths: list[int]) -> Tree:
         """Per step: replay inputs of the past classes (labelled later by the old solver) and
         fake labels of the past and current classes, with their generator inputs."""
-        past = past_classes(client_state, ctx)
+        past = past_classes(client_state, ctx, rounds_per_task)
         on = (past.sum() > 0).float()
         cur = ctx.data["label_mask"].float()
         gen = replay_generator(ctx.info.seed, ctx.info.round, ctx.client_id)

@@ -172,6 +172,14 @@ def task_switch(client_state: Tree, ctx: ClientContext, rounds_per_task: int) ->
     return (client_state["task"] < task).to(client_state["past"].device)
 
 
+def past_classes(client_state: Tree, ctx: ClientContext, rounds_per_task: int) -> Tensor:
+    """The 0/1 mask of the classes of the client's earlier tasks this round: at a task switch
+    its last task's classes (``cur``) join them; vmap-safe."""
+    cs = client_state
+    joined = torch.clamp(cs["past"] + cs["cur"], max=1.0)
+    return torch.where(task_switch(cs, ctx, rounds_per_task), joined, cs["past"])
+
+
 def _discriminate(model: ACGAN, params: Tree, x: Tensor) -> tuple[Tensor, Tensor]:
     return functional_method(model, discriminator_part(params), "discriminate", x)
 
@@ -273,9 +281,7 @@ def with_acgan_replay(
         """The client's class masks this round: ``past`` (its earlier tasks'), ``cur`` (its
         current task's) and, for FedCIL, ``available`` (those the global generator knows, with
         its own)."""
-        cs = client_state
-        switch = task_switch(cs, ctx, rounds_per_task)
-        past = torch.where(switch, torch.clamp(cs["past"] + cs["cur"], max=1.0), cs["past"])
+        past = past_classes(client_state, ctx, rounds_per_task)
         cur = ctx.data["label_mask"].float()
         masks = {"past": past, "cur": cur}
         if consistency is not None:

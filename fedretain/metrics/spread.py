@@ -50,3 +50,12 @@ def separated(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
     """True when ``a`` and ``b`` differ beyond their seeds' spread (the interval excludes 0)."""
     interval = paired_interval(a, b)
     return interval is not None and (interval[0] > 0 or interval[1] < 0)
+
+
+def gap_factor(seeds: int) -> float:
+    """How many standard deviations of the per-seed gaps the mean gap must exceed to separate
+    with ``seeds`` paired seeds: ``t(0.975, n-1) / √n`` (9.0 for 2 seeds, 2.5 for 3, 1.2 for
+    5); ``inf`` below two."""
+    if seeds < 2:
+        return math.inf
+    return float(stats.t.ppf(0.5 + LEVEL / 2, seeds - 1) / math.sqrt(seeds))

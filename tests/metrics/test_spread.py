@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedretain.metrics.spread import paired_interval, separated
+from fedretain.metrics.spread import gap_factor, paired_interval, separated
 
 
 def test_interval_is_scipys_paired_t_interval():
@@ -43,3 +43,17 @@ def test_many_seeds_narrow_the_interval():
     a = rng.normal(0.7, 0.02, 10)
     low, high = paired_interval(a, a - 0.01 + rng.normal(0, 0.001, 10))
     assert 0.005 < low < 0.01 < high < 0.015
+
+
+@pytest.mark.parametrize("seeds", [2, 3, 5])
+def test_gap_factor_is_where_separation_starts(seeds):
+    """The factor a report states: a mean gap just above ``gap_factor`` times the gaps'
+    standard deviation separates, just below it does not (9.0, 2.5, 1.2 for 2, 3, 5 seeds)."""
+    factor = gap_factor(seeds)
+    assert factor == pytest.approx({2: 8.98, 3: 2.48, 5: 1.24}[seeds], abs=0.01)
+    spread = np.linspace(-1.0, 1.0, seeds)  # gaps around their mean, standard deviation sd
+    sd = float(np.std(spread, ddof=1))
+    for scale, apart in ((1.01, True), (0.99, False)):
+        gaps = spread + scale * factor * sd
+        assert separated(list(gaps), [0.0] * seeds) is apart
+    assert gap_factor(1) == math.inf

@@ -9,14 +9,18 @@ from dataclasses import dataclass
 from fedretain.experiments.presets import INF, Claim, Data, Plan, comparisons
 from fedretain.experiments.reproduce.markdown import row, table
 from fedretain.experiments.reproduce.results import Results
-from fedretain.metrics.spread import separated
+from fedretain.metrics.spread import gap_factor, separated
 
-SPREAD_RULE = (
-    "Beyond the seeds' spread: every comparison the claim makes has a paired 95 % t-interval "
-    "of its gap over the seeds that excludes zero (`fedretain.metrics.spread`; with 3 seeds "
-    "the mean gap must exceed 2.5 times its standard deviation over the seeds; one seed never "
-    "separates; a target never reached counts as one round after the last round run)."
-)
+
+def spread_rule(seeds: int) -> str:
+    """The report's sentence stating the seeds' spread rule for ``seeds`` seeds (>= 2)."""
+    return (
+        "Beyond the seeds' spread: every comparison the claim makes has a paired 95 % t-interval "
+        f"of its gap over the seeds that excludes zero (`fedretain.metrics.spread`; with {seeds} "
+        f"seeds the mean gap must exceed {gap_factor(seeds):.1f} times its standard deviation "
+        "over the seeds; one seed never separates; a target never reached counts as one round "
+        "after the last round run)."
+    )
 
 
 def verdict(result: bool | None) -> str:
@@ -132,10 +136,14 @@ def claims_section(plan: Plan, results: Results, data: Data) -> list[str]:
         lines += [
             f"{held} of {len(plan.claims)} claims held on the means over the seeds{spread} "
             "('undecided': a run it needs has no result, or no side reached the target). "
-            + (SPREAD_RULE if many else "With one seed the seeds' spread is not measured."),
+            + (
+                spread_rule(len(results.seeds))
+                if many
+                else "With one seed the seeds' spread is not measured."
+            ),
             "",
         ]
     return lines
 
 
-__all__ = ["SPREAD_RULE", "Judged", "claims_section", "judge", "verdict", "verdict_cell"]
+__all__ = ["Judged", "claims_section", "judge", "spread_rule", "verdict", "verdict_cell"]

@@ -391,9 +391,11 @@ class VmapEngine:
         # unpadded (paddable=False): the group's common widths, step by step
         exact = None if algo.paddable else chunk.widths[0]
         for t in range(idx.shape[0] if exact is None else len(exact)):
-            n = idx.shape[-1] if exact is None else exact[t]
-            dr = tree_map(lambda v, t=t, n=n: _dense(v[:, t, :n]), chunk.draws)
-            i, w = idx[t][:, :n], wts[t][:, :n]
+            i, w, dr = idx[t], wts[t], {}
+            if exact is not None:  # the step's own width, and its draws
+                n = exact[t]
+                i, w = i[:, :n], w[:, :n]
+                dr = tree_map(lambda v, t=t, n=n: _dense(v[:, t, :n]), chunk.draws)
             if all_live[t]:  # every client of the chunk takes this step: no masking needed
                 state, loss = vstep(state, sizes, data, i, w, dr, info)
             else:

@@ -32,6 +32,15 @@ def _paired(a: Sequence[float | None], b: Sequence[float | None]) -> np.ndarray:
     )
 
 
+def gap_factor(seeds: int) -> float:
+    """How many standard deviations of the per-seed gaps the mean gap must exceed to separate
+    with ``seeds`` paired seeds: ``t(0.975, n-1) / √n`` (9.0 for 2 seeds, 2.5 for 3, 1.2 for
+    5); ``inf`` below two."""
+    if seeds < 2:
+        return math.inf
+    return float(stats.t.ppf(0.5 + LEVEL / 2, seeds - 1) / math.sqrt(seeds))
+
+
 def paired_interval(
     a: Sequence[float | None], b: Sequence[float | None]
 ) -> tuple[float, float] | None:
@@ -41,7 +50,7 @@ def paired_interval(
     n = len(d)
     if n < 2:
         return None
-    half = float(stats.t.ppf((1 + LEVEL) / 2, n - 1)) * float(d.std(ddof=1)) / math.sqrt(n)
+    half = gap_factor(n) * float(d.std(ddof=1))
     mean = float(d.mean())
     return mean - half, mean + half
 
@@ -50,12 +59,3 @@ def separated(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
     """True when ``a`` and ``b`` differ beyond their seeds' spread (the interval excludes 0)."""
     interval = paired_interval(a, b)
     return interval is not None and (interval[0] > 0 or interval[1] < 0)
-
-
-def gap_factor(seeds: int) -> float:
-    """How many standard deviations of the per-seed gaps the mean gap must exceed to separate
-    with ``seeds`` paired seeds: ``t(0.975, n-1) / √n`` (9.0 for 2 seeds, 2.5 for 3, 1.2 for
-    5); ``inf`` below two."""
-    if seeds < 2:
-        return math.inf
-    return float(stats.t.ppf(0.5 + LEVEL / 2, seeds - 1) / math.sqrt(seeds))

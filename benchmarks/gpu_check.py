@@ -29,7 +29,8 @@ and the whole under ``--budget`` seconds):
 - ``presets``: ``fedretain reproduce all --scale ci device=DEVICE``: one row per preset (its
   runs finished, none failed or diverged, its report written); a preset whose data are missing
   is "n/a".
-- ``speed``: pfl-research's CIFAR-10 round (``benchmarks/pfl_job.py``) on every engine and pfl
+- ``speed``: pfl-research's CIFAR-10 round (``benchmarks/pfl_job.py``) on every engine (the
+  vectorised one in chunks of 10, 25 and 50 and with each step replayed as a CUDA graph) and pfl
   itself (when importable; "not installed" otherwise), and the main job's shape
   (``experiments/fmnist_pathological.toml``) at 100 clients per round on engine=sequential,
   vmap and auto: seconds per round (the default, deterministic modes on; ``--models mlp,cnn``
@@ -778,7 +779,11 @@ def privacy(opts: Options, emit: Emit) -> None:
 
 def pfl_rows(opts: Options, emit: Emit) -> None:
     """pfl-research's CIFAR-10 round on each engine (benchmarks/pfl_job.py) and pfl itself."""
-    variants = ["sequential", "vmap-10", "vmap-50", "auto"]
+    # chunks of 10, 25 and 50 (the whole round: what memory allows, as auto's), and the step
+    # replayed as CUDA graphs (engine.compile_mode=reduce-overhead; compiling takes tens of s)
+    variants = ["sequential", "vmap-10", "vmap-25", "auto", "vmap-50-graphs"]
+    if opts.quick:
+        variants.remove("vmap-50-graphs")
     have_pfl = importlib.util.find_spec("pfl") is not None
     if have_pfl:
         variants.append("pfl")

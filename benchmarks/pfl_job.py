@@ -31,6 +31,8 @@ Variants:
 - ``vmap-10``, ``vmap-50``: fedretain's vectorised engine (``engine=vmap``, ``engine.chunk``
   10 or 50 users per vmapped call).
 - ``vmap-10-compiled``: the same with ``engine.compile=true`` (``torch.compile``), chunk 10.
+- ``vmap-50-graphs``: compiled with ``engine.compile_mode=reduce-overhead``, chunk 50: on CUDA
+  each local step replayed as one CUDA graph (on a CPU as ``-compiled``).
 - ``auto``: fedretain's default engine (``engine=auto``), given the job's 1,500 rounds so that
   it makes the choice it would make for the whole job (printed in the ``engine`` column).
 - a suffix ``-bf16`` on any of these (``sequential-bf16``, ``auto-bf16``): the same with
@@ -229,6 +231,8 @@ def run_fedretain(variant: str, a: argparse.Namespace) -> tuple[list[float], str
         values["engine"] = "vmap"
         values["engine.chunk"] = int(variant.split("-")[1])
         values["engine.compile"] = variant.endswith("-compiled")
+        if variant.endswith("-graphs"):  # compiled, each step replayed as a CUDA graph
+            values["engine.compile_mode"] = "reduce-overhead"
     elif variant.startswith("sequential-w"):
         values["engine"] = "sequential"
         values["engine.workers"] = int(variant.removeprefix("sequential-w"))
@@ -251,6 +255,7 @@ def run_fedretain(variant: str, a: argparse.Namespace) -> tuple[list[float], str
         name += f" chunk={values['engine.chunk']}" + (
             " compiled" if values["engine.compile"] else ""
         )
+        name += " compiled (reduce-overhead)" if "engine.compile_mode" in values else ""
     if "engine.workers" in values:
         name += f" workers={values['engine.workers']}"
     return times, name + (" bf16" if "precision" in values else "")

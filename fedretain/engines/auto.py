@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from fedretain.engines.sequential import SequentialEngine, draws_random_numbers
-from fedretain.engines.vmap import VmapEngine, parse_devices, vectorisable
+from fedretain.engines.vmap import VmapEngine, check_compile_mode, parse_devices, vectorisable
 
 COMPILE_CLIENT_STEPS = 50_000
 COMPILE_CLIENT_STEPS_ONE_THREAD = 100_000
@@ -132,7 +132,11 @@ def choose(fed: Any, threads: int | None = None, workers: int = 0) -> tuple[str,
 
 
 def auto_engine(
-    fed: Any, chunk: int = 0, workers: int = 0, devices: str | list[str] | None = None
+    fed: Any,
+    chunk: int = 0,
+    workers: int = 0,
+    devices: str | list[str] | None = None,
+    compile_mode: str = "default",
 ) -> VmapEngine | SequentialEngine:
     """``engine=auto``: see the module's rule.
 
@@ -143,7 +147,10 @@ def auto_engine(
     :param devices: where it picks the vectorised engine, the devices each round's clients are
         split over: all (every CUDA GPU) or a list such as ["cuda:0", "cuda:1"] (CUDA ones
         with device=cuda); none: the run's device alone
+    :param compile_mode: torch.compile's mode where the rule compiles (reduce-overhead: CUDA
+        graphs on CUDA)
     """
+    check_compile_mode(compile_mode)
     if chunk < 0:
         raise ValueError(f"engine.chunk must be >= 0 (0: the rule's), got {chunk}")
     if workers < 0:
@@ -153,8 +160,9 @@ def auto_engine(
     engine: VmapEngine | SequentialEngine
     if name == "vmap":
         size = chunk or (CPU_CHUNK if fed.device.type == "cpu" else 0)
-        engine = VmapEngine(fed.task, size, compiled, split)
-        name = f"vmap{' (compiled)' if compiled else ''}, chunk {size or 'sized to memory'}"
+        engine = VmapEngine(fed.task, size, compiled, split, compile_mode)
+        mode = f", {compile_mode}" if compile_mode != "default" else ""
+        name = f"vmap{f' (compiled{mode})' if compiled else ''}, chunk {size or 'sized to memory'}"
         name += f", on {', '.join(str(d) for d in split)}" if split else ""
     else:
         engine = SequentialEngine(workers)

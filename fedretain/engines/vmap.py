@@ -16,6 +16,10 @@ floating-point rounding. The compiled step functions are built once per run (the
 row-major strides, and each chunk's data is padded to the federation's largest client: torch
 keeps at most 8 graphs per function and, past that, silently runs it eagerly, which ragged
 clients and rounds of other step counts used to reach within a round or two.
+``engine.compile_mode`` is torch.compile's mode (it compiles whatever ``engine.compile`` says):
+``reduce-overhead`` records each compiled step as a CUDA graph on CUDA and replays it, one launch
+instead of one per kernel (on a CPU torch skips the graphs: as ``default``); the last step's
+outputs are copied out of the graphs' memory pool before the next chunk replays over it.
 
 An algorithm with ``vectorisable=False``, or a model with BatchNorm (its running statistics
 update in place, which vmap cannot stack), runs on the sequential engine instead, with a
@@ -84,6 +88,9 @@ from fedretain.engines.sequential import SequentialEngine
 from fedretain.errors import ConfigError
 
 CPU_BUDGET = 1 << 30  # bytes
+# torch.compile's modes (engine.compile_mode); the last two replay the step as CUDA graphs
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+CUDA_GRAPH_MODES = COMPILE_MODES[2:]
 
 
 def memory_budget(device: torch.device) -> int:
@@ -151,9 +158,11 @@ class VmapEngine:
         chunk: int = 0,
         compile: bool = False,
         devices: Sequence[torch.device] | None = None,
+        compile_mode: str = "default",
     ) -> None:
         self.chunk = chunk
         self.compile = compile
+        self.compile_mode = compile_mode
         # several devices: the round's clients split over them (module docstring); None: the
         # run's device alone
         self.devices = list(devices) if devices else None
@@ -314,8 +323,8 @@ class VmapEngine:
             def masked(*args: Any) -> Any:
                 return eager_masked(*args)
 
-            vstep = torch.compile(plain, dynamic=False)
-            vmasked = torch.compile(masked, dynamic=False)
+            vstep = torch.compile(plain, dynamic=False, mode=self.compile_mode)
+            vmasked = torch.compile(masked, dynamic=False, mode=self.compile_mode)
         self._step_fns = (algo, vstep, vmasked)
         return vstep, vmasked
 
@@ -401,6 +410,11 @@ class VmapEngine:
             else:
                 state, loss = vmasked(state, sizes, data, i, w, dr, live[t], info)
             loss_sum = loss_sum + loss
+        if self.compile and self.compile_mode in CUDA_GRAPH_MODES and chunk.device.type == "cuda":
+            # the last step's outputs live in the CUDA graphs' memory pool, which the next
+            # chunk's replays overwrite: what the round keeps (client states, local models) is
+            # copied out
+            state = tree_map(lambda x: x.clone() if isinstance(x, Tensor) else x, state)
         uplinks, new_states = vmap(final, randomness="different")(state, client_states, sizes, data)
         return Trained(
             clients=cids,
@@ -601,8 +615,18 @@ def _device(name: Any, usage: str) -> torch.device:
     return torch.device(kind, k)
 
 
+def check_compile_mode(mode: str) -> None:
+    """A ValueError (a one-line config error) unless ``mode`` is one of torch.compile's."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+
+
 def vmap_engine(
-    fed: Any, chunk: int = 0, compile: bool = False, devices: str | list[str] | None = None
+    fed: Any,
+    chunk: int = 0,
+    compile: bool = False,
+    devices: str | list[str] | None = None,
+    compile_mode: str = "default",
 ) -> VmapEngine | SequentialEngine:
     """``engine=vmap``: the vectorised engine, or the sequential one (with a one-line notice)
     when the algorithm or the model cannot be vectorised.
@@ -614,13 +638,18 @@ def vmap_engine(
     :param devices: the devices each round's clients are split over: all (every CUDA GPU) or
         a list such as ["cuda:0", "cuda:1"] (CUDA ones with device=cuda; cpu entries too);
         none: the run's device alone
+    :param compile_mode: torch.compile's mode; other than default it compiles: reduce-overhead
+        replays each step as a CUDA graph on CUDA (no kernel-launch cost; as default on a CPU),
+        max-autotune also tunes the kernels (minutes of compilation)
     """
     if chunk < 0:
         raise ValueError(f"chunk must be >= 0 (0: sized to memory), got {chunk}")
+    check_compile_mode(compile_mode)
+    compile = compile or compile_mode != "default"
     split = parse_devices(devices, fed.device)
     why = vectorisable(fed.algorithm, fed.task.model)
     if why:
         unused = "; engine.devices is unused: it trains on the run's device" if split else ""
         print(f"note: engine=vmap runs sequentially: {why}{unused}", file=sys.stderr)
         return SequentialEngine()
-    return VmapEngine(fed.task, chunk, compile, split)
+    return VmapEngine(fed.task, chunk, compile, split, compile_mode)

@@ -40,8 +40,15 @@ of ``threads=1``: the two-thread engine's up to summation order.
 On a CPU the vectorised engine takes :data:`CPU_CHUNK` clients per call unless ``engine.chunk``
 says otherwise (chunks of 25 and 50 were no faster on the MLP and 1.5x slower on the CNN); on
 CUDA the chunk is sized to an eighth of the GPU's memory
-(:func:`~fedretain.engines.vmap.memory_budget`). The choice and its reason are printed once and
-written to ``summary.json`` (``engine``, ``engine_choice``).
+(:func:`~fedretain.engines.vmap.memory_budget`). That is a rule of memory, not yet of speed: on
+pfl-research's CIFAR-10 round it gives one chunk of all 50 clients, the same call as
+``engine.chunk=50`` (the H100's 0.07 s per round for the default engine against 0.05 s in
+chunks of 50 was not a difference of chunk size); whether fewer clients per call are ever
+faster on a GPU is not measured yet (``scripts/gpu_check.sh`` times chunks of 10, 25 and 50).
+The rule stays a fixed function of the config: a chunk picked by timing would make the
+numbers, which can move with the chunk by float32 rounding, depend on the machine's load.
+The choice and its reason are printed once and written to ``summary.json`` (``engine``,
+``engine_choice``).
 
 ``engine.devices`` (``all`` or a list, see :mod:`fedretain.engines.vmap`) is checked whatever
 the choice and goes to the vectorised engine where the rule picks it (the rule itself looks at

@@ -44,8 +44,9 @@ CUDA the chunk is sized to an eighth of the GPU's memory
 pfl-research's CIFAR-10 round it gives one chunk of all 50 clients, the same call as
 ``engine.chunk=50`` (the H100's 0.07 s per round for the default engine against 0.05 s in
 chunks of 50 was not a difference of chunk size: the same call, which the default then
-compiled, rule 2's CUDA threshold coming after that measurement); whether fewer clients per call are ever
-faster on a GPU is not measured yet (``scripts/gpu_check.sh`` times chunks of 10, 25 and 50).
+compiled, rule 2's CUDA threshold coming after that measurement); whether fewer clients per
+call are ever faster on a GPU is not measured yet (``scripts/gpu_check.sh`` times chunks of
+10, 25 and 50).
 The rule stays a fixed function of the config: a chunk picked by timing would make the
 numbers, which can move with the chunk by float32 rounding, depend on the machine's load.
 The choice and its reason are printed once and written to ``summary.json`` (``engine``,

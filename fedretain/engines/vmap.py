@@ -16,10 +16,12 @@ floating-point rounding. The compiled step functions are built once per run (the
 row-major strides, and each chunk's data is padded to the federation's largest client: torch
 keeps at most 8 graphs per function and, past that, silently runs it eagerly, which ragged
 clients and rounds of other step counts used to reach within a round or two.
-``engine.compile_mode`` is torch.compile's mode (it compiles whatever ``engine.compile`` says):
-``reduce-overhead`` records each compiled step as a CUDA graph on CUDA and replays it, one launch
-instead of one per kernel (on a CPU torch skips the graphs: as ``default``); the last step's
-outputs are copied out of the graphs' memory pool before the next chunk replays over it.
+``engine.compile_mode`` is torch.compile's mode (under ``engine=vmap`` a mode other than
+``default`` compiles whatever ``engine.compile`` says; under ``auto`` it applies where the rule
+compiles): ``reduce-overhead`` records each compiled step as a CUDA graph on CUDA and replays
+it, one launch instead of one per kernel (on a CPU torch skips the graphs: as ``default``); the
+last step's outputs are copied out of the graphs' memory pool before the next chunk replays
+over it.
 
 An algorithm with ``vectorisable=False``, or a model with BatchNorm (its running statistics
 update in place, which vmap cannot stack), runs on the sequential engine instead, with a

@@ -777,6 +777,9 @@ def privacy(opts: Options, emit: Emit) -> None:
 # --------------------------------------------------------------------------- speed
 
 
+PFL_CHECK = "speed: pfl-research CIFAR-10 round"
+
+
 def pfl_rows(opts: Options, emit: Emit) -> None:
     """pfl-research's CIFAR-10 round on each engine (benchmarks/pfl_job.py) and pfl itself:
     chunks of 10, 25 and 50 (the whole round: what memory allows, as auto's), then, in an
@@ -786,15 +789,13 @@ def pfl_rows(opts: Options, emit: Emit) -> None:
     have_pfl = importlib.util.find_spec("pfl") is not None
     pfl_job(opts, emit, [*variants, "pfl"] if have_pfl else variants)
     if not have_pfl:
-        check = "speed: pfl-research CIFAR-10 round"
-        emit(Row(check, "pfl", NA, "not installed (pfl-research 0.6.0: see the wheels)", 0.0))
+        emit(Row(PFL_CHECK, "pfl", NA, "not installed (pfl-research 0.6.0: see the wheels)", 0.0))
     if not opts.quick:
         pfl_job(opts, emit, ["vmap-50-graphs"])
 
 
 def pfl_job(opts: Options, emit: Emit, variants: list[str]) -> None:
     """One invocation of benchmarks/pfl_job.py for ``variants``: a row each."""
-    check = "speed: pfl-research CIFAR-10 round"
     args = ["--device", opts.device, "--variants", ",".join(variants)]
     args += ["--threads", "2" if opts.cuda else str(os.cpu_count() or 1)]
     if opts.quick:
@@ -811,20 +812,20 @@ def pfl_job(opts: Options, emit: Emit, variants: list[str]) -> None:
     seconds = time.perf_counter() - t0
     if proc.returncode != 0 or not out.is_file():
         why = last_line(proc.stderr) or last_line(proc.stdout)
-        emit(Row(check, ",".join(variants), FAIL, f"exit {proc.returncode}: {why}", seconds))
+        emit(Row(PFL_CHECK, ",".join(variants), FAIL, f"exit {proc.returncode}: {why}", seconds))
         return
     shape = "100 users, 10 per round" if opts.quick else "1,000 users, 50 per round"
     for res in json.loads(out.read_text())["results"]:
         variant = res["variant"]
         if "error" in res:
-            emit(Row(check, variant, FAIL, res["error"][:200], 0.0))
+            emit(Row(PFL_CHECK, variant, FAIL, res["error"][:200], 0.0))
             continue
         device = (opts.device if opts.cuda else "cpu") if variant == "pfl" else res["device"]
         detail = (
             f"{res['median_s']:.3f} s/round ({shape}; {res['engine']}, {device}); 1,500 rounds "
             f"{res['projected_min']:.1f} min; start-up {res['startup_s']:.1f} s"
         )
-        emit(Row(check, variant, OK, detail, res["startup_s"] + sum(res["round_s"])))
+        emit(Row(PFL_CHECK, variant, OK, detail, res["startup_s"] + sum(res["round_s"])))
 
 
 def main_job_rows(opts: Options, emit: Emit) -> None:

@@ -16,7 +16,7 @@ def test_fedcil_table1_runs_the_papers_draws_and_one_class_order():
     drawn, fixed = plan.settings()
     assert drawn.endswith("drawn per client") and fixed.endswith("one class order")
     assert plan.methods(drawn) == plan.methods(fixed) and len(plan.methods(fixed)) == 7
-    assert plan_at("medium").methods(fixed) == ["FedAvg", "FedAvg+ACGAN", "FedCIL"]
+    assert len(plan_at("medium").methods(fixed)) == 5  # FedLwF-2T and FedProx left out
     for spec in plan.runs:
         cfg = load_config(None, as_args({**plan.base, **spec.overrides, "name": spec.method}))
         assert cfg.scenario_params.get("order") == (ORDER if spec.setting == fixed else None)

@@ -253,14 +253,22 @@ def test_all_means_every_preset_that_has_the_scale():
         preset_names(["demo"], "medium")
 
 
-def test_fedcil_medium_scale_runs_the_claims_three_methods_with_their_generators_measured():
+def test_fedcil_medium_scale_runs_the_replay_baselines_with_their_acgans_measured():
     plan = PRESETS.get("fedcil-table1").factory("medium", [0], Data("mnist", "", "mnist"))
-    assert plan.methods(plan.settings()[0]) == ["FedAvg", "FedAvg+ACGAN", "FedCIL"]
+    assert plan.methods(plan.settings()[0]) == [
+        "FedAvg",
+        "FedAvg+ACGAN",
+        "FedProx+ACGAN",
+        "FedAvg+DGR",
+        "FedCIL",
+    ]
     small = PRESETS.get("fedcil-table1").factory("small", [0], Data("mnist", "", "mnist"))
     for spec in plan.runs:
         cfg = load_config(None, as_args({**plan.base, **spec.overrides, "name": spec.method}))
         assert cfg.rounds == 25 and cfg.local_steps == 80  # 4.4x small's local training
-        assert ("generator_quality" in cfg.diagnostics) == (spec.method != "FedAvg")
+        assert ("generator_quality" in cfg.diagnostics) == (
+            "ACGAN" in spec.method or spec.method == "FedCIL"
+        )
     assert len(small.runs) == 14 and "scale=medium" in " ".join(plan.reasons)
 
 

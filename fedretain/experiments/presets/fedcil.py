@@ -116,11 +116,13 @@ def fedcil_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     }
     if scale == "ci":
         methods["FedAvg+DGR"]["replay.width"] = 4
-    if scale == "medium":  # the claim's three methods; the generators' FID over the rounds
+    if scale == "medium":  # the claims' methods and the replay baselines; the ACGANs' FID
         quality = {"diagnostics": ["generator_quality"]}
         methods = {
             "FedAvg": methods["FedAvg"],
             "FedAvg+ACGAN": {**methods["FedAvg+ACGAN"], **quality},
+            "FedProx+ACGAN": {**methods["FedProx+ACGAN"], **quality},
+            "FedAvg+DGR": methods["FedAvg+DGR"],
             "FedCIL": {**methods["FedCIL"], **quality},
         }
     drawn = f"{data.name}, 5 clients x 5 tasks of 2 classes, drawn per client"

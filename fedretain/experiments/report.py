@@ -7,7 +7,10 @@ with one reference per seed, each run is measured against the reference of its o
 that share a name over several seeds also get a mean-over-seeds table.
 
 Runs of different datasets, models, partitions (or client counts) or continual scenarios are
-refused unless ``allow_mixed``; then the report shows each run's differing settings.
+refused unless ``allow_mixed``. The report lists every setting of the runs' ``config.toml``
+that is not the same in all of them (``lr``, ``local_steps``, ``algo.mu``, a component whose
+name differs as a whole: ``partition``), in a "settings that differ" table. A folder given twice
+is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from fedretain.files import atomic_write_text, read_json, read_jsonl, write_json
 from fedretain.metrics.accuracy import r_a
 
 R_A_LEVELS = (0.5, 0.9, 1.0)
-# settings (with their options) runs must share to be compared; and those shown when they differ
+# settings (with their options) runs must share to be compared; and those named in the report's
+# first line (every setting that differs is shown in its table, these first)
 SAME_SETTINGS = ("dataset", "model", "partition", "clients", "scenario")
 SHOWN_SETTINGS = ("rounds", "clients_per_round")
 
@@ -70,6 +74,37 @@ def setting(run: RunResult, key: str) -> str:
 def differing(runs: list[RunResult], keys: tuple[str, ...]) -> list[str]:
     """The ``keys`` whose setting is not the same in every run."""
     return [k for k in keys if len({setting(r, k) for r in runs}) > 1]
+
+
+def settings_that_differ(runs: list[RunResult]) -> dict[str, list[str]]:
+    """Every setting of the runs' ``config.toml`` that is not the same in all of them -> its
+    value in each run, in a word. A component whose name differs is one column
+    (``partition``: ``shards(...)``, ``iid``); one whose name is shared, a column per option
+    that differs (``model.hidden``, ``algo.mu``). A key a run lacks (an older config) is
+    ``-``. The run's ``name`` is its row's label, not a column."""
+    order = [*SAME_SETTINGS, *SHOWN_SETTINGS]
+    for r in runs:
+        order += [k for k in r.config if k not in order]
+    columns: dict[str, list[str]] = {}
+    for key in order:
+        values = [r.config.get(key) for r in runs]
+        if key == "name" or all(v is None for v in values):
+            continue
+        tables = [v if isinstance(v, dict) else None for v in values]
+        names = {json.dumps(t.get("name")) if t is not None else None for t in tables}
+        if any(t is None for t in tables) or len(names) > 1:  # the component as a whole
+            words = [setting(r, key) if v is not None else "-" for r, v in zip(runs, values)]
+            if len(set(words)) > 1:
+                columns[key] = words
+            continue
+        subs: list[str] = []
+        for t in tables:
+            subs += [k for k in t if k != "name" and k not in subs]  # type: ignore[union-attr]
+        for sub in subs:
+            words = [json.dumps(t[sub]) if sub in t else "-" for t in tables]  # type: ignore
+            if len(set(words)) > 1:
+                columns[f"{key}.{sub}"] = words
+    return columns
 
 
 def _fmt(v: Any) -> str:
@@ -160,6 +195,15 @@ def compare(
     """
     if not dirs:
         raise DataError("compare needs at least one results folder")
+    seen: dict[Path, str | Path] = {}
+    for d in dirs:
+        key = Path(d).resolve()
+        if key in seen:
+            also = "" if str(seen[key]) == str(d) else f" (also as {d})"
+            raise DataError(
+                f"the results folder {seen[key]} is given twice{also}; give each folder once"
+            )
+        seen[key] = d
     runs = [load_run(d) for d in dirs]
     mixed = differing(runs, SAME_SETTINGS)
     if mixed and not allow_mixed:
@@ -170,7 +214,9 @@ def compare(
             f"the runs differ in {', '.join(mixed)} ({each}); compare runs of one setting, "
             "or pass --allow-mixed to compare them anyway"
         )
-    shown = mixed + differing(runs, SHOWN_SETTINGS)
+    whole = mixed + differing(runs, SHOWN_SETTINGS)  # named "differs" in the first line
+    columns = settings_that_differ(runs)
+    shown = list(columns)
     base = {id(r): r.label for r in runs}
     labels = [r.label for r in runs]
     if len(set(labels)) < len(labels):  # same names: tell them apart by seed, else by folder
@@ -201,7 +247,7 @@ def compare(
             "loss_increase_ref": (s.get("forgetting") or {}).get("loss_increase_ref_mean"),
         }
         if shown:
-            row["settings"] = {k: setting(r, k) for k in shown}
+            row["settings"] = {k: words[len(rows)] for k, words in columns.items()}
         if refs:
             ref = _pick_reference(r, refs)
             row["reference"] = str(ref.path)
@@ -213,7 +259,7 @@ def compare(
     lines = ["# fedretain comparison", ""]
 
     def common(key: str, fmt: str) -> str:
-        return f"{key} differs (below)" if key in shown else fmt.format(setting(runs[0], key))
+        return f"{key} differs (below)" if key in whole else fmt.format(setting(runs[0], key))
 
     head_parts = [
         common("dataset", "Dataset `{}`"),

@@ -476,11 +476,36 @@ def test_compare_refuses_mixed_runs_unless_allowed(tmp_path, capsys):
     assert code == 0
     text = (tmp_path / "rep" / "report.md").read_text()
     assert (
-        "Settings that differ between the runs:" in text and "| run | model | partition |" in text
+        "Settings that differ between the runs:" in text
+        and "| run | model.hidden | partition |" in text
     )
     assert "shards(" in text and " | iid |" in text
     rows = read_json(tmp_path / "rep" / "report.json")["runs"]
     assert [r["settings"]["partition"].split("(")[0] for r in rows] == ["shards", "iid"]
+
+
+def test_compare_lists_every_setting_that_differs_and_refuses_a_folder_twice(tmp_path, capsys):
+    one = [a for a in FAST if not a.startswith("rounds=")] + ["rounds=1"]
+    run_cli(["run", *one, "--out", str(tmp_path / "a")], capsys)
+    other = ["lr=0.05", "local_steps=2", "batch_size=10", "optimizer.momentum=0.9"]
+    run_cli(["run", *one, *other, "--out", str(tmp_path / "b")], capsys)
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    code, _, _ = run_cli(["compare", *dirs, "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0
+    rows = read_json(tmp_path / "rep" / "report.json")["runs"]
+    assert [r["settings"] for r in rows] == [
+        {"local_steps": "0", "batch_size": "20", "lr": "0.1", "optimizer.momentum": "0.0"},
+        {"local_steps": "2", "batch_size": "10", "lr": "0.05", "optimizer.momentum": "0.9"},
+    ]
+    assert rows[0]["name"] != rows[1]["name"]  # both are "fedavg": told apart
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert "| run | local_steps | batch_size | lr | optimizer.momentum |" in text
+    # the same folder twice (however it is spelled) is refused, nothing written
+    for again in (dirs[0], dirs[0] + "/", str(tmp_path / "b" / ".." / "a")):
+        code, _, err = run_cli(["compare", dirs[0], again, "--out", str(tmp_path / "r2")], capsys)
+        line = _one_error_line(err)
+        assert code == 2 and "is given twice" in line and "give each folder once" in line
+    assert not (tmp_path / "r2").exists()
 
 
 def _help_of(argv, capsys, monkeypatch):

@@ -184,7 +184,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("sweep needs at least one --grid KEY=v1,v2,... (e.g. --grid lr=0.05,0.1)")
     axes = [parse_axis(g) for g in args.grid]
     _, lost = sweep(
-        config, overrides, axes, args.out, args.seeds, args.jobs, cluster=_cluster_of(args)
+        config,
+        overrides,
+        axes,
+        args.out,
+        args.seeds,
+        args.jobs,
+        cluster=_cluster_of(args),
+        max_runs=args.max_runs,
+        overwrite=args.overwrite,
     )
     if lost:
         print(f"error: {lost} run(s) failed or diverged: the report lists them", file=sys.stderr)
@@ -351,6 +359,9 @@ class _Parser(argparse.ArgumentParser):
         return f"{text}\n{self.help_tail()}\n" if self.help_tail else text
 
 
+MAX_SWEEP_RUNS = 10_000  # fedretain.experiments.sweep.MAX_RUNS (not imported to build the parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedretain", description="Federated learning that does not forget.")
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
@@ -479,6 +490,19 @@ def build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--out", required=True, help="folder of the runs and report.md")
     swp.add_argument("--seeds", type=int, help="seeds 0..N-1 for every point (default: seed)")
     swp.add_argument("--jobs", type=int, default=1, help="runs at a time, one process each")
+    swp.add_argument(
+        "--max-runs",
+        type=int,
+        default=MAX_SWEEP_RUNS,
+        metavar="N",
+        help="refuse a sweep of more runs than N (points x seeds), before any is built "
+        "(default %(default)s)",
+    )
+    swp.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the sweep over: remove what an earlier sweep wrote in --out (only that)",
+    )
     _cluster_options(swp)
     swp.set_defaults(settings="items", fn=_cmd_sweep)
 

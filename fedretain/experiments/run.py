@@ -32,6 +32,7 @@ run's seen classes), records and checkpoints, and tells its observers.
 
 from __future__ import annotations
 
+import fnmatch
 import shutil
 import signal
 import sys
@@ -137,10 +138,27 @@ def rescue(run: Run) -> None:
     )
 
 
-# what a results folder holds (besides the temporary files of atomic writes): --overwrite
-# removes only folders made of these
+# what a results folder holds, by name (besides the temporary files of atomic writes): the
+# run's own files, its built-in observers' and diagnostics', and those of a study's runs
+# (run.log, status.json); --overwrite removes only folders made of these, so that a file of
+# the user's (a figure, notes) is never removed; * stands for a round
 RESULT_DIRS = ("checkpoint", "client_state", "tensorboard", "samples")
-RESULT_SUFFIXES = (".json", ".jsonl", ".png", ".toml", ".log")
+RESULT_FILES = (
+    "config.toml",
+    "metrics.jsonl",
+    "summary.json",
+    "accuracy.png",
+    "forgetting.jsonl",
+    "forgetting.png",
+    "forgetting-*.png",
+    "continual.jsonl",
+    "continual_accuracy.png",
+    "accuracy_matrix.png",
+    "generator_quality.jsonl",
+    "fid.png",
+    "run.log",
+    "status.json",
+)
 
 
 def _is_result(path: Path) -> bool:
@@ -148,7 +166,15 @@ def _is_result(path: Path) -> bool:
         return False
     if path.is_dir():
         return path.name in RESULT_DIRS
-    return path.suffix in RESULT_SUFFIXES or (path.name[:1] == "." and path.suffix == ".tmp")
+    if path.name[:1] == "." and path.suffix == ".tmp":
+        return True
+    return any(fnmatch.fnmatchcase(path.name, name) for name in RESULT_FILES)
+
+
+def strangers(folder: Path) -> list[str]:
+    """The names in ``folder`` that no run writes (sorted): what ``--overwrite`` never
+    removes."""
+    return [p.name for p in sorted(folder.iterdir()) if not _is_result(p)]
 
 
 def check_out(out: str | Path, overwrite: bool = False) -> None:
@@ -160,12 +186,18 @@ def check_out(out: str | Path, overwrite: bool = False) -> None:
     entries = sorted(out.iterdir()) if out.is_dir() else []
     if not entries:
         return
-    strangers = [p.name for p in entries if not _is_result(p)]
+    others = strangers(out)
     is_run = (out / "config.toml").is_file() and (
         (out / "metrics.jsonl").is_file() or (out / "checkpoint").is_dir()
     )
-    if not is_run or strangers:
-        why = f"it holds {', '.join(strangers[:3])}" if strangers else "no metrics.jsonl"
+    if is_run and others:
+        raise OutputError(
+            f"{out} holds a run and files no run writes ({', '.join(others[:3])}); "
+            "--overwrite removes only a run's own files: move those out, or choose another "
+            "--out (nothing was removed)"
+        )
+    if not is_run or others:
+        why = f"it holds {', '.join(others[:3])}" if others else "no metrics.jsonl"
         raise OutputError(
             f"{out} is not empty and does not look like a fedretain results folder ({why}); "
             "choose a new or empty folder for --out (nothing was removed)"

@@ -14,18 +14,30 @@ where a killed sweep stopped; a folder holding a run of other settings is refuse
 
 An axis is ``KEY=v1,v2,...`` (each value read as TOML, as ``KEY=VALUE`` is) or ``KEY=[v1, v2]``
 (a TOML list, for values that hold commas themselves: ``--grid 'engine.devices=[["cpu"], "all"]'``).
+``threads`` and ``name`` are no axis: every run uses one torch thread (runs go in parallel with
+``--jobs`` instead) and is named after its point. A sweep of more than :data:`MAX_RUNS` runs is
+refused before any config is built, unless ``max_runs`` (``--max-runs``) allows it.
+
+The folder: a sweep writes only into a new or empty folder, or an earlier sweep's. It refuses
+a folder holding a run at its top (``config.toml``, ``summary.json``) or anything it did not
+write there: ``DIR/sweep.json`` (:data:`MANIFEST`) lists the points' folders it made, and the
+report's files are its own. ``overwrite`` (``--overwrite``) starts the sweep over, removing only
+those (and refusing, with nothing removed, where a point's folder holds a file no run writes).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import re
+import shutil
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedretain.errors import ConfigError
+from fedretain.errors import ConfigError, OutputError
 from fedretain.experiments.presets.plan import RunSpec, slug
 from fedretain.experiments.reproduce.cluster import RayCluster, cluster_settings
 from fedretain.experiments.reproduce.jobs import (
@@ -36,8 +48,18 @@ from fedretain.experiments.reproduce.jobs import (
     read_status,
     run_jobs,
 )
-from fedretain.files import atomic_write_text
+from fedretain.files import atomic_write_text, read_json, write_json
 from fedretain.recipe.config import config_values, load_config, parse_value, toml_text
+
+MAX_RUNS = 10_000  # more runs in one sweep: refused unless max_runs (--max-runs) allows them
+MANIFEST = "sweep.json"  # in the sweep's folder: the points' folders it made there
+REPORT_FILES = ("report.md", "report.json", "accuracy_vs_round.png", "accuracy_vs_bytes.png")
+# keys that are no axis: why (they do not change results, or the sweep sets them)
+NOT_AXES = {
+    "threads": "threads do not change results, and every run of a sweep uses one torch thread; "
+    "run more at a time with --jobs N",
+    "name": "the sweep names each run after its point",
+}
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,8 @@ def parse_axis(text: str) -> Axis:
             f"cannot read --grid '{text}': it takes KEY=v1,v2,... (or KEY=[v1, v2] as TOML), "
             "e.g. --grid algo.mu=0.001,0.01"
         )
+    if key in NOT_AXES:
+        raise ConfigError(f"--grid {key}: {key} cannot be an axis of a sweep: {NOT_AXES[key]}")
     if rest.startswith("["):
         try:
             values = tomllib.loads(f"v = {rest}")["v"]
@@ -86,6 +110,23 @@ def label(point: dict[str, Any]) -> str:
     return " ".join(as_args(point)) or "base"
 
 
+def check_size(axes: list[Axis], seeds: int | None = None, max_runs: int = MAX_RUNS) -> int:
+    """The number of runs of the sweep (points x seeds), computed without building them; a
+    ConfigError when it is more than ``max_runs``."""
+    if seeds is not None and seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if max_runs < 1:
+        raise ConfigError(f"--max-runs must be >= 1, got {max_runs}")
+    runs = math.prod(len(a.values) for a in axes) * (seeds or 1)
+    if runs > max_runs:
+        raise ConfigError(
+            f"the sweep has {runs:,} runs ({' x '.join(str(len(a.values)) for a in axes)} "
+            f"point(s) x {seeds or 1} seed(s)), more than --max-runs {max_runs:,}; give fewer "
+            f"values or seeds, or pass --max-runs {runs} to run them all"
+        )
+    return runs
+
+
 def plan_sweep(
     config: str | None,
     overrides: list[str],
@@ -93,11 +134,14 @@ def plan_sweep(
     out: Path,
     seeds: int | None = None,
     threads: int = THREADS,
+    max_runs: int = MAX_RUNS,
+    fresh: bool = False,
 ) -> list[Job]:
     """The sweep's runs, every setting checked before anything runs, each with its state read
-    from its folder (see :func:`fedretain.experiments.reproduce.jobs.job_state`)."""
-    if seeds is not None and seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    from its folder (see :func:`fedretain.experiments.reproduce.jobs.job_state`; ``fresh``:
+    every run starts over, its folder unread). More than ``max_runs`` runs are refused first
+    (:func:`check_size`)."""
+    check_size(axes, seeds, max_runs)
     if seeds is not None and any(a.key == "seed" for a in axes):
         raise ConfigError("--seeds and --grid seed=... both choose the seeds: give one of them")
     grid = points(axes)
@@ -116,8 +160,89 @@ def plan_sweep(
             cfg = load_config(None, args)  # every point checked before anything runs
             folder = out / slug(name) / f"seed{cfg.seed}"
             spec = RunSpec("sweep", name, cfg.seed, point)
-            jobs.append(Job("sweep", spec, args, folder, job_state(folder, cfg)))
+            state = "fresh" if fresh else job_state(folder, cfg)
+            jobs.append(Job("sweep", spec, args, folder, state))
     return jobs
+
+
+def _is_point(path: Path) -> bool:
+    """A folder of ``seed<k>`` folders: a point of a sweep written before :data:`MANIFEST`."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return bool(entries) and all(p.is_dir() and re.fullmatch(r"seed\d+", p.name) for p in entries)
+
+
+def _is_temporary(path: Path) -> bool:
+    return path.name[:1] == "." and path.suffix == ".tmp"  # of an atomic write
+
+
+def written(out: Path) -> set[str]:
+    """The names at the top of ``out`` that a sweep wrote: the points' folders its
+    :data:`MANIFEST` lists (an older sweep's: its folders of ``seed<k>`` folders) and, where
+    there are any, the report's files and the manifest."""
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        try:
+            names = read_json(manifest)["points"]
+            if not all(isinstance(n, str) for n in names):
+                raise TypeError("a name is not a string")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise OutputError(
+                f"{manifest} cannot be read ({e}); it lists what a sweep wrote in {out}: "
+                "choose another --out (nothing was written)"
+            ) from None
+    else:
+        names = [p.name for p in out.iterdir() if _is_point(p)]
+    return {*names, *REPORT_FILES, MANIFEST} if names or manifest.is_file() else set()
+
+
+def check_sweep_out(out: Path) -> set[str]:
+    """An OutputError unless a sweep may write ``out``: a new or empty folder, or one holding
+    only what a sweep wrote there (:func:`written`), which it returns."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file, not a folder; choose a new or empty folder")
+    entries = sorted(out.iterdir()) if out.is_dir() else []
+    if not entries:
+        return set()
+    run = [n for n in ("config.toml", "summary.json") if (out / n).exists()]
+    if run:
+        raise OutputError(
+            f"{out} holds a fedretain run ({run[0]}); a sweep writes its runs into the "
+            "subfolders of a new or empty folder, or an earlier sweep's: choose another --out "
+            "(nothing was written)"
+        )
+    ours = written(out)
+    others = [p.name for p in entries if p.name not in ours and not _is_temporary(p)]
+    if others:
+        raise OutputError(
+            f"{out} holds {', '.join(others[:3])}, which no sweep wrote there; a sweep writes "
+            "into a new or empty folder, or an earlier sweep's: choose another --out "
+            "(nothing was written)"
+        )
+    return ours
+
+
+def clear_sweep(out: Path, ours: set[str]) -> None:
+    """Remove what a sweep wrote in ``out`` (``ours``, from :func:`check_sweep_out`): every
+    point folder's runs are checked first, and where one holds a file no run writes nothing
+    is removed (an OutputError names it)."""
+    from fedretain.experiments.run import strangers
+
+    folders = [out / n for n in sorted(ours) if (out / n).is_dir() and n not in REPORT_FILES]
+    for folder in folders:
+        for entry in sorted(folder.iterdir()):
+            others = strangers(entry) if entry.is_dir() and not entry.is_symlink() else []
+            if others or not entry.is_dir() or entry.is_symlink():
+                what = entry / others[0] if others else entry
+                raise OutputError(
+                    f"{what} was not written by a sweep; --overwrite removes only a sweep's "
+                    "own files: move it out, or choose another --out (nothing was removed)"
+                )
+    for folder in folders:
+        shutil.rmtree(folder)
+    for name in (*REPORT_FILES, MANIFEST):
+        (out / name).unlink(missing_ok=True)
 
 
 def sweep(
@@ -129,19 +254,29 @@ def sweep(
     jobs: int = 1,
     cluster: RayCluster | None = None,
     echo: Callable[[str], None] = print,
+    max_runs: int = MAX_RUNS,
+    overwrite: bool = False,
 ) -> tuple[Path, int]:
     """Run the sweep and write ``out/report.md``; returns its path and how many runs failed or
-    diverged (no result from them)."""
+    diverged (no result from them). ``overwrite``: start over, removing what an earlier sweep
+    wrote in ``out`` (and nothing else)."""
     from fedretain.experiments.report import compare
 
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     out = Path(out)
+    check_size(axes, seeds, max_runs)  # cheap: before any config is built
+    ours = check_sweep_out(out)
     if cluster is not None:
         overrides = cluster_settings(cluster, jobs, overrides, echo)
-    planned = plan_sweep(
-        config, overrides, axes, out, seeds, cluster.threads if cluster else THREADS
-    )
+    threads = cluster.threads if cluster else THREADS
+    planned = plan_sweep(config, overrides, axes, out, seeds, threads, max_runs, overwrite)
+    if overwrite:
+        clear_sweep(out, ours)
+        ours = set()
+    out.mkdir(parents=True, exist_ok=True)
+    made = sorted({*(ours - {*REPORT_FILES, MANIFEST}), *(j.folder.parent.name for j in planned)})
+    write_json(out / MANIFEST, {"points": made})
     grid = len({j.spec.method for j in planned})
     echo(f"{len(planned)} run(s): {grid} grid point(s) x {len(planned) // grid} seed(s)")
     run_jobs(planned, jobs, echo, cluster)
@@ -161,4 +296,15 @@ def sweep(
     return report, len(lost)
 
 
-__all__ = ["Axis", "label", "parse_axis", "plan_sweep", "points", "sweep"]
+__all__ = [
+    "MANIFEST",
+    "MAX_RUNS",
+    "Axis",
+    "check_size",
+    "check_sweep_out",
+    "label",
+    "parse_axis",
+    "plan_sweep",
+    "points",
+    "sweep",
+]

@@ -323,6 +323,18 @@ def test_overwrite_refuses_a_folder_that_is_not_a_results_folder(tmp_path, capsy
     assert code == 2 and "no metrics.jsonl" in err and (out / "config.toml").is_file()
 
 
+def test_overwrite_keeps_a_file_no_run_writes(tmp_path, capsys):
+    out = tmp_path / "run"
+    one = [a for a in FAST if not a.startswith("rounds=")] + ["rounds=1"]
+    assert run_cli(["run", *one, "--out", str(out)], capsys)[0] == 0
+    (out / "figure.png").write_bytes(b"the user's figure")  # a suffix a run writes, not a name
+    code, _, err = run_cli(["run", *one, "lr=0.05", "--out", str(out), "--overwrite"], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "figure.png" in line and "nothing was removed" in line
+    assert (out / "figure.png").read_bytes() == b"the user's figure"
+    assert read_json(out / "summary.json")["rounds"] == 1  # the old run is still there
+
+
 def test_run_into_an_empty_folder_needs_no_overwrite(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert run_cli(["run", *FAST, "--out", str(tmp_path / "empty")], capsys)[0] == 0

@@ -8,7 +8,15 @@ import pytest
 
 from fedretain.cli import main
 from fedretain.errors import ConfigError
-from fedretain.experiments.sweep import Axis, label, parse_axis, plan_sweep, points
+from fedretain.experiments.sweep import (
+    MANIFEST,
+    Axis,
+    check_size,
+    label,
+    parse_axis,
+    plan_sweep,
+    points,
+)
 
 TINY = ["dataset=digits", "model=mlp", "model.hidden=[8]", "clients=6", "clients_per_round=3"]
 TINY += ["rounds=2", "local_steps=2", "batch_size=16"]
@@ -86,3 +94,68 @@ def test_a_failed_point_is_listed_and_the_exit_status_says_so(tmp_path, capsys):
 def test_sweep_needs_a_grid(tmp_path, capsys):
     assert main(["sweep", *TINY, "--out", str(tmp_path)]) == 2
     assert "at least one --grid" in capsys.readouterr().err
+
+
+def test_threads_and_name_are_no_axis():
+    with pytest.raises(ConfigError, match=r"threads do not change results.*--jobs"):
+        parse_axis("threads=1,2")
+    with pytest.raises(ConfigError, match="names each run after its point"):
+        parse_axis("name=a,b")
+
+
+def test_too_many_runs_are_refused_before_any_config_is_built(tmp_path, capsys, monkeypatch):
+    import fedretain.experiments.sweep as sweep_module
+
+    def never(*args, **kwargs):
+        raise AssertionError("a config was built")
+
+    monkeypatch.setattr(sweep_module, "load_config", never)
+    monkeypatch.setattr(sweep_module, "config_values", never)
+    out = tmp_path / "sweep"
+    args = ["sweep", *TINY, "--grid", "lr=0.05,0.2", "--seeds", "1000000", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "2,000,000 runs" in err and "--max-runs 2000000" in err and not out.exists()
+    assert check_size([parse_axis("lr=0.1,0.2,0.3")], seeds=2, max_runs=6) == 6
+    with pytest.raises(ConfigError, match="more than --max-runs 5"):
+        check_size([parse_axis("lr=0.1,0.2,0.3")], seeds=2, max_runs=5)
+
+
+def test_a_sweep_refuses_a_run_folder_or_files_it_did_not_write(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text("rounds = 2\n")
+    (run / "summary.json").write_text("{}")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "figure.png").write_bytes(b"the user's figure")
+    for out, what in [(run, "holds a fedretain run (config.toml)"), (mine, "figure.png")]:
+        before = sorted(p.name for p in out.iterdir())
+        for extra in ([], ["--overwrite"]):
+            code = main(["sweep", *TINY, "--grid", "lr=0.05", "--out", str(out), *extra])
+            err = capsys.readouterr().err.strip()
+            assert code == 2 and what in err and "nothing was written" in err
+            assert len(err.splitlines()) == 1
+        assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_overwrite_removes_only_what_the_sweep_wrote(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    base = [a for a in TINY if not a.startswith("rounds=")] + ["rounds=1"]
+    args = ["sweep", *base, "--grid", "lr=0.05", "--out", str(out)]
+    assert main(args) == 0
+    assert json.loads((out / MANIFEST).read_text()) == {"points": ["lr-0.05"]}
+    # a sweep folder written before the manifest existed is still the sweep's
+    (out / MANIFEST).unlink()
+    capsys.readouterr()
+    assert main(args) == 0 and "1 run(s) already finished" in capsys.readouterr().out
+    # a file of the user's inside a run's folder: --overwrite removes nothing
+    (out / "lr-0.05" / "seed0" / "notes.txt").write_text("keep me")
+    code = main([*args[:-4], "--grid", "lr=0.2", "--out", str(out), "--overwrite"])
+    assert code == 2 and "notes.txt was not written by a sweep" in capsys.readouterr().err
+    assert (out / "lr-0.05" / "seed0" / "summary.json").is_file()
+    (out / "lr-0.05" / "seed0" / "notes.txt").unlink()
+    assert main([*args[:-4], "--grid", "lr=0.2", "--out", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["lr-0.2"]
+    assert json.loads((out / MANIFEST).read_text()) == {"points": ["lr-0.2"]}
+    assert "lr=0.05" not in (out / "report.md").read_text()

@@ -41,6 +41,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 "--resume DIR continues DIR with its own config.toml; drop --config/--out/"
                 "--overwrite"
             )
+        if not out.exists():
+            raise ConfigError(
+                f"cannot resume {out}: {out} does not exist; --resume takes the folder a run "
+                "wrote (its --out)"
+            )
         if not (out / "config.toml").is_file():
             raise ConfigError(f"cannot resume {out}: it holds no config.toml of a fedretain run")
         cfg = load_config(out / "config.toml", overrides)

@@ -13,14 +13,19 @@ Layout in the results folder: ``checkpoint/state-<round>.safetensors`` and
 ``checkpoint/previous.json``. The tensor file is written first under a new name, then the
 old ``meta.json`` becomes ``previous.json``, then ``meta.json`` is replaced, then tensor
 files neither names are removed, each step atomic: a crash at any moment leaves two whole
-checkpoints (or one, early on). When the latest cannot be read (a truncated file), loading
-falls back to the previous one. With ``store=disk`` the client states are not copied into
-the tensor file: ``checkpoint/clients-<round>/`` holds hard links to the store's files of
-that moment (see :mod:`fedretain.engines.store`).
+checkpoints (or one, early on). When the latest cannot be read (a truncated file) or its
+bytes are not those written (``meta.json`` records the SHA-256 of each state file, checked when
+it loads: a flipped bit, a damaged disk), loading falls back to the previous one. A checkpoint
+written before checksums were recorded loads unverified (its ``verified`` is False). With
+``store=disk`` the client states are not copied into the tensor file:
+``checkpoint/clients-<round>/`` holds hard links to the store's files of that moment (see
+:mod:`fedretain.engines.store`), each with its checksum.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shlex
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +83,7 @@ class Checkpoint:
     extra: dict[str, Any] = field(default_factory=dict)  # observer name -> its JSON state
     file: str = ""  # loading: the tensor file read (``state-<round>.safetensors``)
     damaged: str = ""  # loading: why the latest checkpoint was passed over for this one
+    verified: bool = True  # loading: False where no checksum was recorded (an older checkpoint)
 
     def restore_rng(self) -> None:
         """Set torch's RNG states (CUDA's too, where there is a GPU) to the checkpoint's."""
@@ -114,9 +120,12 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
     on_disk = isinstance(ckpt.clients, DiskStore)
     clients: dict[str, Any] = {}
     client_dir = f"clients-{ckpt.round}"
+    sums: dict[str, str] = {}
     if on_disk:
         shutil.rmtree(folder / client_dir, ignore_errors=True)
         ckpt.clients.snapshot(folder / client_dir)  # type: ignore[union-attr]
+        for path in sorted((folder / client_dir).iterdir()):
+            sums[f"{client_dir}/{path.name}"] = _sha256(path.read_bytes())
     else:
         for cid, state in ckpt.clients.items():
             _put(flat, f"client/{cid}", state)
@@ -126,6 +135,7 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
         flat[f"rng/cuda/{i}"] = s.clone()
     name = f"state-{ckpt.round}.safetensors"
     data = st_save(flat)
+    sums[name] = _sha256(data)
     atomic_write_bytes(folder / name, data)
     try:
         old = _read_meta(folder / "meta.json")
@@ -146,6 +156,7 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
             "round": ckpt.round,
             "tensors": name,
             "bytes": len(data),
+            "sha256": sums,  # of each state file: the tensors and a disk store's client files
             "server": structure(ckpt.server),
             "clients": clients,
             "client_dir": client_dir if on_disk else None,
@@ -168,6 +179,28 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_sum(meta: dict[str, Any], name: str, data: bytes, path: Path) -> None:
+    """A DataError when ``data`` (the file ``name`` of the checkpoint) is not what was
+    written; nothing to check where no checksum was recorded."""
+    sums = meta.get("sha256")
+    if isinstance(sums, dict) and name in sums and _sha256(data) != sums[name]:
+        raise DataError(
+            f"checkpoint {path} is damaged: its SHA-256 is not the one recorded when it was written"
+        )
+
+
+def start_over_command(folder: str | Path) -> str:
+    """The command that starts the run in ``folder`` over with its own settings (its
+    ``config.toml``): what to type when no checkpoint of it can be read."""
+    folder = Path(folder)
+    config, out = shlex.quote(str(folder / "config.toml")), shlex.quote(str(folder))
+    return f"fedretain run --config {config} --overwrite --out {out}"
 
 
 def _whole(folder: Path, meta: dict[str, Any]) -> bool:
@@ -197,8 +230,8 @@ def load_checkpoint(folder: str | Path, device: str | torch.device = "cpu") -> C
             "checkpoint_every rounds"
         )
     fix = (
-        f"start the run over (fedretain run --overwrite --out {folder.parent}) or restore "
-        f"{folder} from a backup"
+        f"start the run over with its own settings (`{start_over_command(folder.parent)}`) or "
+        f"restore {folder} from a backup"
     )
     try:
         return _load(folder, meta_path, torch.device(device))
@@ -221,12 +254,27 @@ def _load(folder: Path, meta_path: Path, device: torch.device) -> Checkpoint:
         data = tensors.read_bytes()
         if "bytes" in meta and len(data) != meta["bytes"]:
             raise ValueError(f"{len(data)} bytes instead of {meta['bytes']}: truncated")
+        _check_sum(meta, tensors.name, data, tensors)
         flat = st_load(data)
     except (OSError, SafetensorError, ValueError) as e:
         raise DataError(f"checkpoint {tensors} cannot be read ({e})") from None
     client_dir = folder / meta["client_dir"] if meta.get("client_dir") else None
     if client_dir is not None and not client_dir.is_dir():
         raise DataError(f"checkpoint {tensors} names client states {client_dir}, which is gone")
+    sums = meta.get("sha256")
+    if client_dir is not None and isinstance(sums, dict):
+        named = {n for n in sums if n.startswith(f"{client_dir.name}/")}
+        there = {f"{client_dir.name}/{p.name}" for p in client_dir.iterdir()}
+        if named != there:
+            raise DataError(
+                f"checkpoint {client_dir} is damaged: it holds other client files than were written"
+            )
+        for name in sorted(named):
+            try:
+                data = (folder / name).read_bytes()
+            except OSError as e:
+                raise DataError(f"checkpoint {folder / name} cannot be read ({e})") from None
+            _check_sum(meta, name, data, folder / name)
     try:
         return Checkpoint(
             round=int(meta["round"]),
@@ -243,6 +291,7 @@ def _load(folder: Path, meta_path: Path, device: torch.device) -> Checkpoint:
             client_dir=client_dir,
             extra=meta.get("extra", {}),
             file=tensors.name,
+            verified=isinstance(meta.get("sha256"), dict) and tensors.name in meta["sha256"],
         )
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"checkpoint {tensors} is incomplete or corrupt ({e!r})") from None

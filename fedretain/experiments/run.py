@@ -48,7 +48,7 @@ import torch
 
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
 from fedretain.engines.round import DivergenceError, Engine, Rounds
-from fedretain.errors import OutputError
+from fedretain.errors import ConfigError, OutputError
 from fedretain.experiments.checkpoint import (
     Checkpoint,
     fingerprint,
@@ -67,7 +67,7 @@ from fedretain.experiments.observers import (
     WholeTestSet,
 )
 from fedretain.experiments.tracking import make_tracker
-from fedretain.files import write_json, write_jsonl, write_toml
+from fedretain.files import read_json, write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
 from fedretain.recipe.config import Config, resolved
 from fedretain.recipe.federation import Federation, build_federation, client_store
@@ -92,6 +92,8 @@ def run_experiment(
     A run that stops between rounds (Ctrl-C, which lets the round in progress finish; a full
     disk; an error in evaluation) saves a checkpoint of its rounds first, where it can.
     """
+    if resume:
+        check_rounds(Path(out), cfg)  # before anything is built or written
     run = Run(cfg, out, progress)
     stop = StopAfterRound() if cfg.checkpoint_every else nullcontext()
     try:
@@ -402,14 +404,48 @@ class Run:
             observer.close()
 
 
+def rounds_done(out: Path) -> int:
+    """How many rounds the run in ``out`` has: its summary's or its latest checkpoint's (0
+    where neither can be read)."""
+    done = 0
+    for path, key in (
+        (out / "summary.json", "rounds"),
+        (out / "checkpoint" / "meta.json", "round"),
+    ):
+        try:
+            value = read_json(path).get(key, 0)
+        except (OSError, ValueError, AttributeError):  # none, or not a JSON object
+            continue
+        done = max(done, value if isinstance(value, int) else 0)
+    return done
+
+
+def check_rounds(out: Path, cfg: Config, done: int | None = None) -> None:
+    """A ConfigError when resuming ``out`` would plan fewer rounds than the run already has
+    (``done``, else :func:`rounds_done`): a resumed run's ``rounds`` can only be extended."""
+    done = rounds_done(out) if done is None else done
+    if cfg.rounds < done:
+        raise ConfigError(
+            f"cannot resume {out} with rounds={cfg.rounds}: the run already has {done} rounds; "
+            f"rounds can only be extended (rounds={done} or more)"
+        )
+
+
 def resume_point(out: Path, cfg: Config, device: torch.device) -> Checkpoint | None:
     """The checkpoint a resumed run continues from (None: it starts over), with a note."""
     ckpt = load_for_resume(out, cfg, device)
     if ckpt is None:
         print(f"note: {out} has no checkpoint yet; starting over from round 0", file=sys.stderr)
         return None
+    check_rounds(out, cfg, ckpt.round)  # the previous checkpoint's, where meta.json is damaged
     if ckpt.damaged:
         print(f"note: {ckpt.damaged}; using the previous checkpoint", file=sys.stderr)
+    if not ckpt.verified:
+        print(
+            f"note: checkpoint {ckpt.file} has no checksum (written by an earlier fedretain): "
+            "resuming from it unverified",
+            file=sys.stderr,
+        )
     where = f"round {ckpt.round} of {cfg.rounds} (checkpoint {ckpt.file})"
     print(f"resuming {out} from {where}", file=sys.stderr)
     return ckpt

@@ -426,6 +426,16 @@ def test_resume_says_where_it_continues(tmp_path, capsys):
     assert f"resuming {out} from round 2 of 3 (checkpoint state-2.safetensors)" in err
     code, _, err = run_cli(["run", "--resume", str(out), "--overwrite"], capsys)
     assert code == 2 and "drop --config/--out/--overwrite" in err
+    # fewer rounds than the run has: refused, its config.toml untouched
+    before = (out / "config.toml").read_text()
+    code, _, err = run_cli(["run", "--resume", str(out), "rounds=2"], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "the run already has 3 rounds; rounds can only be extended" in line
+    assert (out / "config.toml").read_text() == before
+    missing = tmp_path / "doesnotexist"
+    code, _, err = run_cli(["run", "--resume", str(missing)], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and f"{missing} does not exist" in line and "--out" in line
 
 
 def test_progress_lines_when_stderr_is_not_a_terminal(capsys):

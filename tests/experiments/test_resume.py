@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -332,6 +334,15 @@ def test_no_readable_checkpoint_names_the_damaged_file_and_the_fix(tmp_path):
     text = str(e.value)
     assert "state-2.safetensors cannot be read" in text and "state-1.safetensors" in text
     assert "--overwrite" in text and "backup" in text
+    # the command it suggests starts the run over with the run's own settings
+    from fedretain.cli import main
+
+    command = shlex.split(re.search(r"`(fedretain run [^`]*)`", text).group(1))
+    assert command[:2] == ["fedretain", "run"] and "--config" in command
+    before = (tmp_path / "config.toml").read_text()
+    assert main(command[1:]) == 0
+    assert (tmp_path / "config.toml").read_text() == before
+    assert [r["round"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1, 2]
 
 
 def test_a_diverged_runs_results_are_strict_json_and_read_back_as_nan(tmp_path):
@@ -451,3 +462,86 @@ def test_counts_since_the_last_record_survive_a_resume_between_records(tmp_path,
     assert again.record({}) == {"lost_replies": 2}
     again.load_state(None)  # a checkpoint written before the count was kept
     assert again.record({}) == {"lost_replies": 0}
+
+
+def _flip(path, count=400):
+    """Flip ``count`` bytes in the middle of ``path`` (its size stays), in a new file: hard
+    links to the old one keep their bytes."""
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2 - count // 2
+    for i in range(max(middle, 0), min(middle + count, len(data))):
+        data[i] ^= 0xFF
+    path.unlink()
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_latest_checkpoint_is_caught_by_its_checksum_and_the_previous_used(
+    tmp_path, capsys
+):
+    cfg = {**DIGITS, "checkpoint_every": 1}
+    run_experiment(make_config({**cfg, "rounds": 3}), tmp_path / "a", progress=False)
+    meta = read_json(tmp_path / "a" / "checkpoint" / "meta.json")
+    assert len(meta["sha256"]["state-3.safetensors"]) == 64
+    latest = tmp_path / "a" / "checkpoint" / "state-3.safetensors"
+    _flip(latest)  # as many bytes as before: only the checksum tells
+    capsys.readouterr()
+    run_experiment(make_config({**cfg, "rounds": 5}), tmp_path / "a", progress=False, resume=True)
+    err = capsys.readouterr().err
+    assert f"note: checkpoint {latest} is damaged: its SHA-256" in err
+    assert "from round 2 of 5 (checkpoint state-2.safetensors)" in err
+    run_experiment(make_config({**cfg, "rounds": 5}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
+    # both checkpoints damaged: one line, nothing resumed
+    for name in ("state-4.safetensors", "state-5.safetensors"):
+        _flip(tmp_path / "a" / "checkpoint" / name)
+    before = (tmp_path / "a" / "config.toml").read_text()
+    with pytest.raises(DataError) as e:
+        run_experiment(make_config({**cfg, "rounds": 6}), tmp_path / "a", resume=True)
+    text = str(e.value)
+    assert "state-5.safetensors is damaged" in text and "state-4.safetensors is damaged" in text
+    assert "\n" not in text and (tmp_path / "a" / "config.toml").read_text() == before
+
+
+def test_a_damaged_client_file_of_a_disk_store_is_caught_by_its_checksum(tmp_path, capsys):
+    cfg = {**DIGITS, "checkpoint_every": 1, "store": "disk"}
+    run_experiment(make_config({**cfg, "rounds": 2}), tmp_path / "a", progress=False)
+    clients = sorted((tmp_path / "a" / "checkpoint" / "clients-2").iterdir())
+    meta = read_json(tmp_path / "a" / "checkpoint" / "meta.json")
+    assert {f"clients-2/{p.name}" for p in clients} <= set(meta["sha256"])
+    _flip(clients[0])
+    capsys.readouterr()
+    run_experiment(make_config({**cfg, "rounds": 3}), tmp_path / "a", progress=False, resume=True)
+    err = capsys.readouterr().err
+    assert f"note: checkpoint {clients[0]} is damaged" in err and "from round 1 of 3" in err
+    run_experiment(make_config({**cfg, "rounds": 3}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
+
+
+def test_a_checkpoint_without_checksums_resumes_unverified(tmp_path, capsys):
+    """Checkpoints written before checksums were recorded still resume, with a note."""
+    run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path / "a", progress=False)
+    meta = tmp_path / "a" / "checkpoint" / "meta.json"
+    old = read_json(meta)
+    del old["sha256"]
+    meta.write_text(json.dumps(old))
+    capsys.readouterr()
+    run_experiment(make_config({**DIGITS, "rounds": 3}), tmp_path / "a", resume=True)
+    err = capsys.readouterr().err
+    assert "has no checksum" in err and "unverified" in err and "from round 2 of 3" in err
+    run_experiment(make_config({**DIGITS, "rounds": 3}), tmp_path / "b", progress=False)
+    assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
+        tmp_path / "b" / "metrics.jsonl"
+    )
+
+
+def test_resume_with_fewer_rounds_than_the_run_has_is_refused(tmp_path):
+    run_experiment(make_config({**DIGITS, "rounds": 3}), tmp_path, progress=False)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(ConfigError) as e:
+        run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path, resume=True)
+    assert "the run already has 3 rounds; rounds can only be extended" in str(e.value)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before

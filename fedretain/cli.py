@@ -56,10 +56,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(config, overrides)
         check_out(out, args.overwrite)  # an old run is removed once the new one is built
     summary = run_experiment(cfg, out, resume=bool(args.resume), overwrite=args.overwrite)
+    skipped = summary.get("skipped_updates", 0)
     print(
         f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "
         f"top {summary['top_accuracy']:.4f}, {summary['rounds']} rounds, "
-        f"{summary['bytes_up'] / 1e6:.1f} MB up, {summary['wall_seconds']:.1f} s -> {out}"
+        + (f"{skipped} client updates skipped, " if skipped else "")
+        + f"{summary['bytes_up'] / 1e6:.1f} MB up, {summary['wall_seconds']:.1f} s -> {out}"
     )
     return 0
 
@@ -113,17 +115,30 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_privacy(args: argparse.Namespace) -> int:
+def _numbers(option: str, text: str, kind: Callable[[str], Any], example: str) -> tuple:
+    """A comma-separated option (``--images 0,7``): its values, or a ConfigError naming it;
+    empty items are skipped, and an option that lists none is refused."""
     from fedretain.errors import ConfigError
-    from fedretain.experiments.privacy import Study, run_privacy
 
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    what = "training-image indices" if option == "--images" else "numbers"
     try:
-        images = tuple(int(i) for i in args.images.split(",") if i.strip())
+        values = tuple(kind(i) for i in items)
     except ValueError:
         raise ConfigError(
-            f"--images must be comma-separated training-image indices, e.g. 0,7; "
-            f"got {args.images!r}"
+            f"{option} must be comma-separated {what}, e.g. {option} {example}; got {text!r}"
         ) from None
+    if not values:
+        raise ConfigError(f"{option} {text!r} lists none: give {what}, e.g. {option} {example}")
+    return values
+
+
+def _cmd_privacy(args: argparse.Namespace) -> int:
+    from fedretain.errors import ConfigError
+    from fedretain.experiments.privacy import PrivacyStudy, Study
+    from fedretain.recipe.config import load_config
+
+    images = _numbers("--images", args.images, int, "0,7") if args.images != "" else ()
     study = Study(
         targets=args.targets,
         images=images,
@@ -131,12 +146,20 @@ def _cmd_privacy(args: argparse.Namespace) -> int:
         iterations=args.iterations,
         restarts=args.restarts,
         steps=args.steps,
-        sigmas=tuple(float(s) for s in args.sigmas.split(",") if s.strip()),
+        sigmas=_numbers("--sigmas", args.sigmas, float, "0.01,0.1,1"),
         max_grad_norm=args.max_grad_norm,
         train=not args.no_train,
         seed=args.seed,
     )
-    result = run_privacy(args.config, args.overrides, args.out, study)
+    cfg = load_config(args.config, args.overrides)
+    privacy = PrivacyStudy(cfg, args.out, study)  # builds the federation; writes nothing yet
+    available = len(privacy.fed.dataset.y_train)
+    if not images and study.targets > available:
+        raise ConfigError(
+            f"--targets {study.targets} is more than the {available} training images of "
+            f"{cfg.dataset}; pass --targets {available} or fewer (or --images I,J)"
+        )
+    result = privacy.run()
     line = f"sigma* {result['sigma_matched']:g}"
     if "runs" in result:
         accs = ", ".join(f"{k} {v['final_accuracy']:.4f}" for k, v in result["runs"].items())

@@ -36,6 +36,7 @@ The test accuracy and loss of a record come from the run's :class:`Evaluation`: 
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fedretain.errors import DataError
@@ -140,13 +141,22 @@ class WholeTestSet:
         return False
 
 
+def _noise_multiplier(mechanism: str, params: dict[str, Any]) -> float | None:
+    """The mechanism's ``noise_multiplier`` (its default where the config sets none)."""
+    from fedretain.registry import kind
+
+    defaults = kind("privacy").params(mechanism) if mechanism in kind("privacy") else {}
+    noise = {**defaults, **params}.get("noise_multiplier")
+    return float(noise) if isinstance(noise, int | float) else None
+
+
 class AccountantObserver(BaseObserver):
     """A run's privacy accounting (:mod:`fedretain.privacy.mechanisms`): every round goes to
     the accountant; each record gets ``epsilon`` and ``delta``, the summary ``privacy``
     (the mechanism and the last ε, δ)."""
 
-    def __init__(self, accountant: Accountant, mechanism: str) -> None:
-        self.accountant, self.mechanism = accountant, mechanism
+    def __init__(self, accountant: Accountant, mechanism: str, noise: float | None = None) -> None:
+        self.accountant, self.mechanism, self.noise = accountant, mechanism, noise
 
     @classmethod
     def of(cls, fed: Federation) -> AccountantObserver | None:
@@ -155,8 +165,18 @@ class AccountantObserver(BaseObserver):
             return None
         cfg = fed.config
         return cls(
-            fed.privacy.accountant(fed.clients, fed.algorithm, cfg.clients_per_round), cfg.privacy
+            fed.privacy.accountant(fed.clients, fed.algorithm, cfg.clients_per_round),
+            cfg.privacy,
+            _noise_multiplier(cfg.privacy, cfg.privacy_params),
         )
+
+    def start(self, done: int, records: list[Record]) -> None:
+        if self.noise == 0:  # clipping only: the accountant's ε is infinite
+            print(
+                "warning: privacy.noise_multiplier=0: no noise, so ε is infinite "
+                "(no privacy guarantee)",
+                file=sys.stderr,
+            )
 
     def after_round(
         self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]

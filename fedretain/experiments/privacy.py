@@ -96,8 +96,16 @@ class Study:
             )
         if len(set(self.images)) != len(self.images):
             raise ConfigError(f"--images lists an index twice: {list(self.images)}; list each once")
-        if not self.sigmas or any(not s > 0 for s in self.sigmas):
-            raise ConfigError(f"--sigmas must be noise multipliers > 0, got {self.sigmas}")
+        for key in ("iterations", "restarts"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"--{key} must be >= 1, got {getattr(self, key)}")
+        if not (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm)):
+            raise ConfigError(f"--max-grad-norm must be a number > 0, got {self.max_grad_norm}")
+        if not self.sigmas or any(not (s > 0 and math.isfinite(s)) for s in self.sigmas):
+            raise ConfigError(
+                f"--sigmas must be finite noise multipliers > 0, got {self.sigmas}; "
+                "e.g. --sigmas 0.01,0.1,1"
+            )
         if list(self.sigmas) != sorted(self.sigmas):
             raise ConfigError(f"--sigmas must be increasing, got {self.sigmas}")
 

@@ -120,7 +120,29 @@ def run_experiment(
         raise
     finally:
         run.close()
-    return run.finish()
+    summary = run.finish()
+    say_skipped(run, int(summary.get("skipped_updates", 0)))
+    return summary
+
+
+def say_skipped(run: Run, skipped: int) -> None:
+    """With ``on_divergence=skip``, how many client updates were skipped, on stderr: a warning
+    when every update of the run was (the model never trained)."""
+    if not skipped:
+        return
+    sampled = sum(len(run.fed.participation.clients(r)) for r in range(run.done))
+    if skipped >= sampled:
+        print(
+            f"warning: every client update of the run was skipped ({skipped} of {sampled}, "
+            "on_divergence=skip): the model never trained; its accuracy is the initial "
+            "model's (lower lr, or on_divergence=stop to see where it diverges)",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"note: {skipped} of {sampled} client updates were skipped (on_divergence=skip)",
+            file=sys.stderr,
+        )
 
 
 def rescue(run: Run) -> None:

@@ -438,6 +438,23 @@ def test_resume_says_where_it_continues(tmp_path, capsys):
     assert code == 2 and f"{missing} does not exist" in line and "--out" in line
 
 
+def test_a_run_that_skipped_every_update_says_the_model_never_trained(tmp_path, capsys):
+    one = [a for a in FAST if not a.startswith(("rounds=", "lr="))] + ["rounds=2", "lr=1e30"]
+    code, out, err = run_cli(["run", *one, "on_divergence=skip", "--out", str(tmp_path)], capsys)
+    assert code == 0 and "8 client updates skipped" in out  # 4 clients x 2 rounds
+    assert "warning: every client update of the run was skipped (8 of 8" in err
+    assert "the model never trained" in err
+
+
+def test_no_noise_is_a_warning_that_epsilon_is_infinite(tmp_path, capsys):
+    one = [a for a in FAST if not a.startswith("rounds=")] + ["rounds=1"]
+    dp = ["privacy=dpsgd", "privacy.noise_multiplier=0"]
+    code, _, err = run_cli(["run", *one, *dp, "--out", str(tmp_path)], capsys)
+    assert code == 0
+    assert "warning: privacy.noise_multiplier=0: no noise, so ε is infinite" in err
+    assert read_jsonl(tmp_path / "metrics.jsonl")[-1]["epsilon"] == float("inf")
+
+
 def test_progress_lines_when_stderr_is_not_a_terminal(capsys):
     from fedretain.experiments.run import Progress
 

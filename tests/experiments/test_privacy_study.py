@@ -171,3 +171,29 @@ def test_bad_chosen_images_are_one_line_errors(tmp_path, capsys, images, message
         Study(images=(2, 2))
     with pytest.raises(ConfigError, match=">= 0"):
         Study(images=(-1,))
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--sigmas", "abc"], "--sigmas must be comma-separated numbers"),
+        (["--sigmas", ","], "--sigmas ',' lists none"),
+        (["--sigmas", "0.1,inf"], "finite noise multipliers"),
+        (["--images", ","], "--images ',' lists none"),
+        (
+            ["--targets", "1000000000"],
+            "more than the 1437 training images of digits; pass --targets 1437 or fewer",
+        ),
+        (["--iterations", "0"], "--iterations must be >= 1"),
+    ],
+)
+def test_bad_privacy_options_are_one_line_errors_with_nothing_written(
+    tmp_path, capsys, option, message
+):
+    from fedretain.cli import main
+
+    out = tmp_path / "study"
+    assert main(["privacy", "--out", str(out), *option, "--no-train", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("error: ")
+    assert not out.exists()

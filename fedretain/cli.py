@@ -7,6 +7,7 @@ Errors the user can fix print one line (``error: ...``) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import sys
 import textwrap
@@ -265,7 +266,7 @@ def _cluster_of(args: argparse.Namespace) -> Any:
 def _cmd_list(args: argparse.Namespace) -> int:
     from fedretain.registry import kind
 
-    registry = kind(LISTS[args.what])
+    registry = kind(list_kind(args.what))
     width = max(len(n) for n in registry)
     for name, entry in registry.items():
         print(f"{name:<{width}}  {entry.description}")
@@ -305,6 +306,38 @@ class _Lists(Mapping[str, str]):
 
 
 LISTS: Mapping[str, str] = _Lists()
+
+
+def list_kind(what: str) -> str:
+    """``fedretain list WHAT`` -> the registry's kind. WHAT is a kind in the plural
+    (``optimizers``) or the singular (``optimizer``), with "-" or "_" (``server-opts``,
+    ``server_opt``), in any case; a ConfigError with the closest name otherwise."""
+    from fedretain.errors import ConfigError
+
+    aliases: dict[str, str] = {}
+    for plural, k in LISTS.items():
+        for name in (plural, k, k.replace("_", "-")):
+            aliases[name.replace("_", "-")] = k
+    key = what.strip().lower().replace("_", "-")
+    if key in aliases:
+        return aliases[key]
+    close = difflib.get_close_matches(key, aliases, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    raise ConfigError(
+        f"cannot list '{what}'{hint}; list one of: {', '.join(LISTS)} (or the singular: "
+        "fedretain list optimizer)"
+    )
+
+
+class _AnyKind:
+    """``list``'s choices for argparse: shown as :data:`LISTS` in its help; every WHAT passes
+    argparse's check, and :func:`list_kind` reads it (singular or plural, a did-you-mean)."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LISTS)
+
+    def __contains__(self, what: object) -> bool:
+        return True
 
 
 def version() -> str:
@@ -368,11 +401,13 @@ def settings_help(width: int = 100) -> str:
     lines += wrap(
         "component options, <prefix>.<option>=VALUE (in a TOML file, a [<prefix>] table, "
         "with name = ... for the component): each kind's entries with their options' "
-        "defaults:",
+        "defaults (`fedretain list <kind> --params` gives each option's meaning):",
         "",
     )
+    plurals = {k: plural for plural, k in LISTS.items()}
     for prefix, comp in COMPONENTS.items():
         lines.append(f"  {prefix}.<option>: {param_help(prefix)} ({comp.name_field}=NAME)")
+        lines.append(f"    their meanings: fedretain list {plurals[comp.kind]} --params")
         lines += entries(comp.kind, prefix)
     return "\n".join(lines)
 
@@ -535,8 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     swp.set_defaults(settings="items", fn=_cmd_sweep)
 
     lst = sub.add_parser("list", help="list what is available")
-    lst.add_argument(  # the choices are read when they are shown or checked, not here
-        "what", metavar="WHAT", choices=LISTS, help="the kind of component: %(choices)s"
+    lst.add_argument(  # the choices are read when they are shown, not here
+        "what",
+        metavar="WHAT",
+        choices=_AnyKind(),
+        help="the kind of component: %(choices)s (or its singular: optimizer)",
     )
     lst.add_argument(
         "--params",

@@ -133,6 +133,40 @@ def test_list_prints_one_line_each(capsys):
         assert required in names
 
 
+def test_list_takes_each_kind_in_the_singular_or_plural_with_a_did_you_mean(capsys):
+    from fedretain.cli import LISTS, list_kind
+
+    for plural, k in LISTS.items():
+        for what in (plural, k, k.replace("_", "-"), plural.upper()):
+            assert list_kind(what) == k, what
+    assert list_kind("server_opt") == list_kind("server-opts") == "server_opt"
+    code, out, _ = run_cli(["list", "optimizer", "--params"], capsys)
+    assert code == 0 and "optimizer.momentum=" in out
+    code, _, err = run_cli(["list", "optimzer"], capsys)
+    line = _one_error_line(err)
+    assert code == 2 and "did you mean 'optimizer'?" in line and "optimizers" in line
+
+
+def test_every_list_command_the_help_and_docs_quote_works(capsys, monkeypatch):
+    """Each `fedretain list ...` that run --help, the README and the docs tell users to type."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    texts = {"run --help": capsys.readouterr().out, "README.md": (root / "README.md").read_text()}
+    texts |= {p.name: p.read_text() for p in sorted((root / "docs").glob("*.md"))}
+    commands = {
+        " ".join(m.group(0).split()[2:])
+        for name, text in texts.items()
+        for m in re.finditer(r"fedretain\s+list\s+[\w-]+(\s+--params)?", " ".join(text.split()))
+    }
+    assert {"algorithms --params", "optimizer --params", "participation", "replay"} <= commands
+    assert "optimizers --params" in commands and "server-opts --params" in commands
+    for command in sorted(commands):
+        code, out, err = run_cli(["list", *command.split()], capsys)
+        assert code == 0 and out and not err, command
+
+
 def test_partition_command_prints_summary_and_heatmap(tmp_path, capsys):
     png = tmp_path / "heat.png"
     code, out, _ = run_cli(

@@ -99,9 +99,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from fedretain.data.datasets import load_dataset
     from fedretain.data.partition import class_counts, summary
     from fedretain.experiments.plots import plot_partition
+    from fedretain.files import figure_format
     from fedretain.recipe.config import load_config
     from fedretain.recipe.federation import describe_task_plan, make_clients
 
+    if args.out:
+        figure_format(args.out)  # a name whose format is known, before anything is computed
     cfg = load_config(*_config_and_overrides(args.config, args.overrides))
     ds = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
     plan = describe_task_plan(cfg, ds)
@@ -473,7 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     part = sub.add_parser("partition", help="summarise a partition and draw its heat map")
     part.add_argument("--config", help="a TOML file of settings")
-    part.add_argument("--out", help="PNG heat map to write")
+    part.add_argument(
+        "--out", help="heat map to write, in the format its suffix names: .png, .pdf, .svg, ..."
+    )
     part.add_argument("overrides", nargs="*", help="[exp.toml] KEY=VALUE, e.g. partition=dirichlet")
     part.set_defaults(settings="overrides", fn=_cmd_partition)
 

@@ -113,12 +113,32 @@ def write_toml(path: str | Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, tomli_w.dumps(data))
 
 
+def figure_format(path: str | Path) -> str:
+    """The image format a figure named ``path`` is written in: its suffix (``.png``, ``.pdf``,
+    ``.svg``: matplotlib's ``savefig`` formats, but ``.pgf``, which needs LaTeX); a
+    ConfigError listing them for another suffix or none."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from fedretain.errors import ConfigError
+
+    formats = sorted(set(FigureCanvasBase.get_supported_filetypes()) - {"pgf"})
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if suffix not in formats:
+        raise ConfigError(
+            f"cannot write a figure to {path}: its name must end in one of "
+            f"{', '.join('.' + f for f in formats)} (the format follows the suffix), e.g. "
+            f"{Path(path).with_suffix('.png').name}"
+        )
+    return suffix
+
+
 def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> None:
-    """Save a matplotlib figure as PNG through a temporary file."""
+    """Save a matplotlib figure through a temporary file, in the format its suffix names
+    (:func:`figure_format`: ``heat.pdf`` is a PDF)."""
     import io
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format=figure_format(path), dpi=dpi, bbox_inches="tight")
     atomic_write_bytes(path, buf.getvalue())
 
 

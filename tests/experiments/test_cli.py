@@ -182,6 +182,24 @@ def test_partition_command_prints_summary_and_heatmap(tmp_path, capsys):
         capsys,
     )
     assert code == 0 and "20" in out and png.stat().st_size > 1000
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(("name", "magic"), [("heat.pdf", b"%PDF"), ("heat.svg", b"<?xml")])
+def test_a_heat_map_is_written_in_the_format_its_suffix_names(tmp_path, capsys, name, magic):
+    out = tmp_path / name
+    args = ["dataset=digits", "clients=20", "partition=dirichlet", "partition.alpha=0.1"]
+    code, _, _ = run_cli(["partition", *args, "--out", str(out)], capsys)
+    assert code == 0 and out.read_bytes().startswith(magic)
+
+
+def test_a_heat_map_of_an_unknown_suffix_is_refused_before_anything_is_computed(tmp_path, capsys):
+    for name in ("heat.txt", "heat"):
+        out = tmp_path / name
+        code, stdout, err = run_cli(["partition", "dataset=digits", "--out", str(out)], capsys)
+        line = _one_error_line(err)
+        assert code == 2 and ".png, .ps, .raw" in line and ".pdf" in line and ".svg" in line
+        assert stdout == "" and not out.exists()
 
 
 def _corrupt_idx_dir(tmp_path):

@@ -403,10 +403,21 @@ def test_a_failure_inside_a_round_saves_no_checkpoint_of_a_half_round(tmp_path, 
     assert not (tmp_path / "checkpoint").exists()
 
 
-def test_ctrl_c_finishes_the_round_then_stops_with_a_checkpoint(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def sigint():
+    """Set SIGINT's handler for a test (what the test process inherited is restored after):
+    Python's own on a terminal; ignored under nohup or in a background job of a script."""
+    inherited = signal.getsignal(signal.SIGINT)
+    yield lambda handler: signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGINT, inherited)
+
+
+def test_ctrl_c_finishes_the_round_then_stops_with_a_checkpoint(
+    tmp_path, monkeypatch, capsys, sigint
+):
     from fedretain.experiments.run import Run
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    sigint(signal.default_int_handler)  # as on a terminal, whatever this process inherited
     real = Run.round
 
     def interrupted_in_round_2(self, rnd):
@@ -427,6 +438,27 @@ def test_ctrl_c_finishes_the_round_then_stops_with_a_checkpoint(tmp_path, monkey
     assert _without_seconds(tmp_path / "a" / "metrics.jsonl") == _without_seconds(
         tmp_path / "b" / "metrics.jsonl"
     )
+
+
+def test_an_ignored_sigint_stays_ignored_during_a_run(tmp_path, monkeypatch, sigint):
+    """A process that inherits SIGINT ignored (nohup, a background job) keeps ignoring it: the
+    run installs no handler of its own, and a SIGINT during a round changes nothing."""
+    from fedretain.experiments.run import Run
+
+    sigint(signal.SIG_IGN)
+    real, handlers = Run.round, []
+
+    def interrupted_in_round_2(self, rnd):
+        handlers.append(signal.getsignal(signal.SIGINT))
+        if rnd == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, rnd)
+
+    monkeypatch.setattr(Run, "round", interrupted_in_round_2)
+    summary = run_experiment(make_config({**DIGITS, "rounds": 3}), tmp_path, progress=False)
+    assert summary["rounds"] == 3 and "stopped" not in summary
+    assert handlers == [signal.SIG_IGN] * 3
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def test_counts_since_the_last_record_survive_a_resume_between_records(tmp_path, monkeypatch):

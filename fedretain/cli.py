@@ -200,10 +200,18 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         args.data_dir,
         extra,
         cluster=_cluster_of(args),
+        report_only=args.report_only,
     )
     if done.diverged or done.failed:  # the report is written, but some rows have no result
         print(f"error: {done.problem()}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _cmd_ledger(args: argparse.Namespace) -> int:
+    from fedretain.experiments.reproduce.ledger import write_ledger
+
+    print(f"ledger written to {write_ledger(Path(args.results), Path(args.out))}")
     return 0
 
 
@@ -530,6 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--seeds", type=int, help="seeds per run (default: the preset's)")
     rep.add_argument("--jobs", type=int, default=1, help="runs at a time, one process each")
     rep.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: rewrite the report from the run folders as they are",
+    )
+    rep.add_argument(
         "--data-dir",
         action="append",
         default=[],
@@ -538,6 +551,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _cluster_options(rep)
     rep.set_defaults(settings="names", fn=_cmd_reproduce)
+
+    led = sub.add_parser(
+        "ledger",
+        help="the claims ledger: every claim of the reports under a folder, one page",
+        description="Read RESULTS/<preset>/claims.json of every report (written with it) and "
+        "write one page of every claim's verdict, with the counts per paper.",
+    )
+    led.add_argument("results", nargs="?", default="results", help="the reports' folder")
+    led.add_argument("--out", required=True, help="the page to write (docs/claims.md)")
+    led.set_defaults(fn=_cmd_ledger)
 
     swp = sub.add_parser(
         "sweep",

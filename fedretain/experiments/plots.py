@@ -49,8 +49,10 @@ def plot_curves(
     stopped: Sequence[Run] = (),
 ) -> None:
     """Test accuracy of each run against ``round`` or cumulative communication bytes, every
-    run in its own colour, line style and marker; ``stopped``: runs that ended early (a
-    diverged seed), each drawn thin to its last record, which a large cross marks."""
+    run in its own colour, line style and marker; where the records hold
+    ``test_accuracy_std`` (a mean over seeds), a band of ± one standard deviation around the
+    line; ``stopped``: runs that ended early (a diverged seed), each drawn thin to its last
+    record, which a large cross marks."""
 
     def xs_of(records: Sequence[dict[str, Any]]) -> list[float]:
         if x == "bytes":
@@ -60,7 +62,10 @@ def plot_curves(
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, (label, records) in enumerate(runs):
         ys = [r["test_accuracy"] for r in records]
-        ax.plot(xs_of(records), ys, label=label, **style(i, len(ys)))
+        look = style(i, len(ys))
+        ax.plot(xs_of(records), ys, label=label, **look)
+        if records and "test_accuracy_std" in records[0]:
+            band(ax, xs_of(records), ys, [r["test_accuracy_std"] for r in records], look["color"])
     for i, (label, records) in enumerate(stopped, len(runs)):
         xs, ys = xs_of(records), [r["test_accuracy"] for r in records]
         line = {**style(i, len(ys)), "linewidth": 1.0}
@@ -76,6 +81,17 @@ def plot_curves(
         ax.legend(fontsize=8)
     save_figure(fig, path)
     plt.close(fig)
+
+
+def band(
+    ax: Any, xs: Sequence[float], ys: Sequence[float], sd: Sequence[float], color: str
+) -> None:
+    """A translucent band of ± ``sd`` around a line (the spread over the seeds)."""
+    if not any(sd):
+        return
+    low = [y - s for y, s in zip(ys, sd, strict=True)]
+    high = [y + s for y, s in zip(ys, sd, strict=True)]
+    ax.fill_between(xs, low, high, color=color, alpha=0.15, linewidth=0)
 
 
 def plot_partition(counts: np.ndarray, path: str | Path, max_clients: int = 100) -> None:

@@ -317,6 +317,7 @@ class Run:
         self.skipped = 0.0  # skipped client updates since the last record
         self.elapsed0 = 0.0  # wall seconds before this process (resumed runs)
         self.started = time.perf_counter()
+        self.val_index: torch.Tensor | None = None  # the validation split's samples
         self.observers = observers_of(self)
         evaluations = (o for o in self.observers.values() if isinstance(o, Evaluation))
         self.evaluation: Evaluation = next(evaluations, WholeTestSet(self.fed))
@@ -375,15 +376,16 @@ class Run:
         return done % cfg.eval_every == 0 or done == cfg.rounds or self.evaluation.due(done)
 
     def evaluate(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """Test the global model; append the record to ``metrics.jsonl``."""
-        acc, loss = self.evaluation.evaluate(
-            *self.fed.algorithm.global_model(self.server_state), self.done
-        )
+        """Test the global model (and, with a validation split, validate it); append the
+        record to ``metrics.jsonl``."""
+        model = self.fed.algorithm.global_model(self.server_state)
+        acc, loss = self.evaluation.evaluate(*model, self.done)
         train_loss = metrics.get("train_loss")
         record = {
             "round": self.done,
             "test_accuracy": acc,
             "test_loss": loss,
+            **self.validate(*model),
             "train_loss": train_loss if train_loss == train_loss else None,  # NaN: no client
             "lr": self.cfg.lr_at(max(self.done - 1, 0)),
             "participants": int(metrics.get("participants", 0.0)),
@@ -399,6 +401,18 @@ class Run:
         self.settled = True  # the round has its record, even if writing it fails
         write_jsonl(self.out / "metrics.jsonl", self.records)
         return record
+
+    def validate(self, params: Tree, buffers: Tree) -> dict[str, float]:
+        """With a validation split (``val_fraction``), the global model's ``val_accuracy`` and
+        ``val_loss`` on every client's held-out samples (what tuning chooses by); else {}."""
+        fed = self.fed
+        if fed.val_parts is None:
+            return {}
+        if self.val_index is None:
+            self.val_index = torch.from_numpy(np.concatenate(fed.val_parts))
+        x, y = fed.dataset.x_train[self.val_index], fed.dataset.y_train[self.val_index]
+        acc, loss = fed.task.evaluate(params, buffers, x, y, fed.eval_batch)
+        return {"val_accuracy": acc, "val_loss": loss}
 
     def elapsed(self) -> float:
         return self.elapsed0 + time.perf_counter() - self.started

@@ -1,68 +1,140 @@
-"""Tuning methods alike: each method's main hyper-parameter chosen on a validation split.
+"""Tuning methods alike: each method's learning rate and own hyper-parameter chosen on a
+validation split, the way the papers choose (FedReg's, GradMA's and TCE's grid searches).
 
-The way the papers choose (FedReg's, GradMA's and TCE's grid searches): every method gets a
-:class:`Grid` of the **same number of points**, every point is trained with the **same**
-rounds, clients, local work and seeds (only the grid's key differs from the shared base),
-on the clients' training data less a held-out validation split (``val_fraction`` of each
-client's samples, :func:`fedretain.data.partition.train_val_split`), and the point with the
-best **final validation accuracy** (mean over the seeds) is chosen. The test set plays no part
-in the choice.
+- Every method gets a :class:`Grid`: the **same learning-rate grid** for all, and for a
+  method with a hyper-parameter of its own (FedProx's μ, FedCurv's λ, ...) a grid of that key
+  with **as many points** as every other method's; a method's points are the product.
+- Every point is trained with the **same** rounds, clients, local work and seeds (only the
+  grid's keys differ from the shared base), on the clients' training data less a held-out
+  validation split (``val_fraction`` of each client's samples,
+  :func:`fedretain.data.partition.train_val_split`), on the **tuning seed**
+  (:data:`TUNING_SEED`), which is no evaluation seed: the presets evaluate on seeds 0, 1,
+  2, ..., so no choice is made on the runs it is then judged on.
+- A run with a validation split records the global model's ``val_accuracy`` at each
+  evaluation (:mod:`fedretain.experiments.run`); a point's score is read from those records
+  (:class:`Criterion`: the mean over the last 10 % of evaluations, as the reports' "final", or
+  the rounds to a validation target, as FedCurv chose), the best mean over the seeds is chosen
+  (:func:`choose`), and a choice at the edge of its grid (not at the end of what the key
+  allows) is flagged: a wider grid might choose otherwise, and the evaluating report leaves
+  the claims that read it undecided. The test set plays no part in the choice.
 
-A run reports test accuracy only, so the validation accuracy is measured here, from the run's
-final checkpoint: the global model of the last round on the union of every client's held-out
-samples (:func:`validation_accuracy`, kept in the run folder's ``validation.json``).
-
-A preset builds the runs from :func:`grid_points` and reports them with
-:func:`tuning_paragraph` (the grid, every point's validation score, the chosen values);
-``fedretain reproduce demo-tune`` is the demo's study.
+A tuning preset builds its runs from :func:`grid_points`, prints every point with
+:func:`tuning_paragraph` and writes the choices beside its report (:func:`choices`,
+``choices.json``); the package ships them in ``fedretain/experiments/presets/tuned.json``,
+from which the evaluating preset takes its methods' values (:func:`tuned`). ``fedretain
+reproduce demo-tune`` and ``fedcurv-tune`` are the two studies.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from fedretain.errors import ConfigError, DataError
-from fedretain.files import read_json, write_json
+from fedretain.errors import ConfigError
+from fedretain.metrics.accuracy import TAIL, tail_count
 
 VAL_FRACTION = 0.1  # of each client's samples held out (TCE's split)
-# keys a grid may not set: they are the budget, the same for every point, and the local
-# learning rate, the setting's for every method (a method tuning it alone would gain from it)
+TUNING_SEED = 100  # the seed of every tuning run: the presets evaluate on 0, 1, 2, ...
+# keys a grid may not set: they are the budget every point shares
 BUDGET_KEYS = frozenset(
     {"rounds", "clients", "clients_per_round", "local_epochs", "local_steps", "batch_size"}
-    | {"seed", "val_fraction", "dataset", "model", "partition", "lr"}
+    | {"seed", "val_fraction", "dataset", "model", "partition"}
 )
+TUNED_FILE = Path(__file__).parent / "presets" / "tuned.json"
 
 
 @dataclass(frozen=True)
 class Grid:
-    """A method's grid: ``overrides`` make the method (``{"algorithm": "fedprox"}``), ``key``
-    (a config key, ``algo.mu``) takes each of ``values``."""
+    """A method's grid: ``overrides`` make the method (``{"algorithm": "fedprox"}``), each key
+    of ``keys`` (``lr``, ``algo.mu``) takes each of its values; ``bounds``: a key's allowed
+    range, whose ends are no grid edge (FedReg's γ ≤ 1)."""
 
     method: str
     overrides: dict[str, Any]
-    key: str
-    values: tuple[float, ...]
+    keys: dict[str, tuple[float, ...]]
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
-    def label(self, value: float) -> str:
-        return f"{self.method} {self.key}={value:g}"
+    def points(self) -> list[dict[str, float]]:
+        """Every combination of the keys' values, in grid order."""
+        names = list(self.keys)
+        return [dict(zip(names, v, strict=True)) for v in itertools.product(*self.keys.values())]
+
+    def label(self, point: dict[str, float]) -> str:
+        return " ".join([self.method, *(f"{k}={v:g}" for k, v in point.items())])
+
+    def edge(self, point: dict[str, float]) -> list[str]:
+        """The keys of ``point`` at an end of their grid that is not an end of their range."""
+        out = []
+        for key, values in self.keys.items():
+            low, high = self.bounds.get(key, (-math.inf, math.inf))
+            x = point[key]
+            if len(values) > 1 and x in (min(values), max(values)) and x not in (low, high):
+                out.append(key)
+        return out
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """What a point is scored by: the mean validation accuracy over the last 10 % of its
+    evaluations (``target`` None; higher is better), or the first round whose validation
+    accuracy reaches ``target`` (fewer is better; never reached: one after the last round,
+    then the final validation accuracy breaks ties)."""
+
+    target: float | None = None
+
+    def describe(self) -> str:
+        if self.target is None:
+            return (
+                f"the mean validation accuracy over the last {100 * TAIL:g} % of the evaluations "
+                "(higher is better)"
+            )
+        return (
+            f"the rounds to a validation accuracy of {self.target:.0%} (fewer is better; the "
+            "final validation accuracy breaks ties)"
+        )
+
+    def score(self, records: list[dict[str, Any]]) -> float:
+        """The point's score, as a number where higher is better."""
+        vals = [(r["round"], r["val_accuracy"]) for r in records if "val_accuracy" in r]
+        if not vals:
+            raise ConfigError(
+                "a tuning run has no val_accuracy in its records: it needs val_fraction > 0"
+            )
+        trained = [v for rnd, v in vals if rnd > 0] or [v for _, v in vals]
+        k = tail_count(len(trained))
+        final = statistics.fmean(trained[-k:])
+        if self.target is None:
+            return final
+        last = max(rnd for rnd, _ in vals)
+        reached = next((rnd for rnd, v in vals if v >= self.target), last + 1)
+        return -reached + final / 10  # fewer rounds first; within a round, the final accuracy
+
+    def shown(self, score: float) -> str:
+        if self.target is None:
+            return f"{score:.4f}"
+        whole = math.floor(score)
+        return f"{-whole} rounds, final {10 * (score - whole):.4f}"
 
 
 def check_budgets(grids: Iterable[Grid]) -> None:
-    """Every grid has as many points as the others and sets no budget key (ConfigError)."""
+    """Every grid takes the same learning rates (where it tunes them) and as many values of
+    its own key as every other, and sets no budget key (ConfigError)."""
     grids = list(grids)
-    sizes = {g.method: len(g.values) for g in grids}
-    if len(set(sizes.values())) > 1:
-        listed = ", ".join(f"{m} {n}" for m, n in sizes.items())
+    lrs = {g.keys["lr"] for g in grids if "lr" in g.keys}
+    if len(lrs) > 1:
+        raise ConfigError("tuning grids differ in their learning rates; give every method the same")
+    own = {g.method: len(v) for g in grids for k, v in g.keys.items() if k != "lr"}
+    if len(set(own.values())) > 1:
+        listed = ", ".join(f"{m} {n}" for m, n in own.items())
         raise ConfigError(f"tuning grids differ in size ({listed}); give every method as many")
     for g in grids:
-        fixed = sorted(BUDGET_KEYS & {g.key, *g.overrides})
+        fixed = sorted(BUDGET_KEYS & {*g.keys, *g.overrides})
         if fixed:
             raise ConfigError(
                 f"the grid of {g.method} sets {', '.join(fixed)}, the budget every point shares; "
@@ -70,130 +142,157 @@ def check_budgets(grids: Iterable[Grid]) -> None:
             )
 
 
-def grid_points(grids: Iterable[Grid], seeds: list[int]) -> list[tuple[Grid, float, int]]:
-    """Every (grid, value, seed) to run, the budgets checked (:func:`check_budgets`); a preset
-    makes each a run with the grid's overrides and ``key=value``."""
+def grid_points(
+    grids: Iterable[Grid], seeds: list[int]
+) -> list[tuple[Grid, dict[str, float], int]]:
+    """Every (grid, point, seed) to run, the budgets checked (:func:`check_budgets`); a preset
+    makes each a run with the grid's overrides and the point's keys."""
     grids = list(grids)
     check_budgets(grids)
-    return [(g, x, seed) for g in grids for x in g.values for seed in seeds]
+    return [(g, p, seed) for g in grids for p in g.points() for seed in seeds]
 
 
-def validation_accuracy(folder: str | Path) -> float:
-    """Final accuracy of the run in ``folder`` on its validation split: the global model of
-    its last checkpoint (the run must have ``val_fraction > 0`` and checkpoint its last
-    round) on every client's held-out samples. Kept in ``folder/validation.json``."""
-    from fedretain.experiments.checkpoint import load_for_resume
-    from fedretain.recipe.config import load_config
-    from fedretain.recipe.federation import build_federation
-
-    folder = Path(folder)
-    cache = folder / "validation.json"
-    cfg = load_config(folder / "config.toml")
-    if cache.is_file():
-        kept = read_json(cache)
-        if kept.get("round") == cfg.rounds:
-            return kept["accuracy"]
-    if cfg.val_fraction <= 0:
-        raise ConfigError(f"{folder} was trained without a validation split; set val_fraction")
-    fed = build_federation(cfg)
-    ckpt = load_for_resume(folder, cfg, fed.device)
-    if ckpt is None or ckpt.round != cfg.rounds:
-        raise DataError(
-            f"{folder} has no checkpoint of its last round; run it to the end with "
-            "checkpoint_every > 0"
-        )
-    assert fed.val_parts is not None
-    idx = torch.from_numpy(np.concatenate(fed.val_parts))
-    params, buffers = fed.algorithm.global_model(ckpt.server)
-    acc, loss = fed.task.evaluate(
-        params, buffers, fed.dataset.x_train[idx], fed.dataset.y_train[idx], fed.eval_batch
-    )
-    write_json(cache, {"round": cfg.rounds, "accuracy": acc, "loss": loss, "samples": len(idx)})
-    return acc
+def tuning_seeds(seeds: list[int]) -> list[int]:
+    """The tuning runs' seeds: :data:`TUNING_SEED` onwards, as many as asked for."""
+    return [TUNING_SEED + s for s in seeds]
 
 
-def validation_scores(
-    v: Any, setting: str, grids: Iterable[Grid]
-) -> dict[str, dict[float, list[float]]]:
-    """method -> grid value -> the validation accuracy of each seed that finished. ``v`` is
-    the report's view of the results (its ``results.run`` gives each run's folder)."""
+Scores = dict[str, list[tuple[dict[str, float], list[float]]]]  # method -> (point, scores)
+
+
+def scores_of(v: Any, setting: str, grids: Iterable[Grid], criterion: Criterion) -> Scores:
+    """method -> each point with the score of each seed that finished. ``v`` is the report's
+    view of the results (its ``results.run`` gives each run's records)."""
     results: Any = getattr(v, "results", None)
     if results is None:
-        raise TypeError("validation_scores needs the report's view of the results")
-    out: dict[str, dict[float, list[float]]] = {}
+        raise TypeError("scores_of needs the report's view of the results")
+    out: Scores = {}
     for g in grids:
-        out[g.method] = {}
-        for x in g.values:
-            runs = (results.run(setting, g.label(x), s) for s in results.seeds)
-            out[g.method][x] = [validation_accuracy(r.path) for r in runs if r is not None]
+        out[g.method] = []
+        for point in g.points():
+            runs = (results.run(setting, g.label(point), s) for s in results.seeds)
+            out[g.method].append(
+                (point, [criterion.score(r.records) for r in runs if r is not None])
+            )
     return out
 
 
-def choose(scores: dict[str, dict[float, list[float]]]) -> dict[str, float | None]:
-    """Per method, the value of the best mean validation accuracy over the seeds (the first
-    in grid order on a tie); only points where every seed finished compete (None: none did)."""
-    chosen: dict[str, float | None] = {}
+def choose(scores: Scores) -> dict[str, dict[str, float] | None]:
+    """Per method, the point of the best mean score over the seeds (the first in grid order on
+    a tie); only points where every seed finished compete (None: none did)."""
+    chosen: dict[str, dict[str, float] | None] = {}
     for method, points in scores.items():
-        n = max((len(s) for s in points.values()), default=0)
-        means = {x: statistics.fmean(s) for x, s in points.items() if s and len(s) == n}
-        chosen[method] = max(means, key=lambda x: means[x]) if means else None
+        n = max((len(s) for _, s in points), default=0)
+        full = [(p, statistics.fmean(s)) for p, s in points if s and len(s) == n]
+        chosen[method] = max(full, key=lambda ps: ps[1])[0] if full else None
     return chosen
 
 
-def tuning_paragraph(grids: list[Grid], v: Any, plan: Any) -> str:
-    """The grid of each method, every point's validation accuracy (mean over the seeds, each
-    seed's value) and the chosen value; use as ``functools.partial(tuning_paragraph, grids)``
-    for a :class:`~fedretain.experiments.presets.Plan`'s paragraph (``v``: the report's view
-    of the results)."""
-    setting = plan.settings()[0]
-    scores = validation_scores(v, setting, grids)
-    chosen = choose(scores)
+def choices(grids: list[Grid], criterion: Criterion, v: Any, settings: list[str]) -> dict[str, Any]:
+    """What ``choices.json`` holds: per setting and method the grid, every point's score (mean
+    over the tuning seeds), the chosen point and the keys chosen at an edge."""
+    out: dict[str, Any] = {
+        "criterion": criterion.describe(),
+        "seeds": list(v.results.seeds),
+        "settings": {},
+    }
+    for setting in settings:
+        scores = scores_of(v, setting, grids, criterion)
+        chosen = choose(scores)
+        entry = {}
+        for g in grids:
+            pick = chosen[g.method]
+            entry[g.method] = {
+                "grid": {k: list(vals) for k, vals in g.keys.items()},
+                "points": [
+                    {**p, "score": statistics.fmean(s) if s else None} for p, s in scores[g.method]
+                ],
+                "chosen": pick,
+                "edge": g.edge(pick) if pick else [],
+            }
+        out["settings"][setting] = entry
+    return out
+
+
+def tuning_paragraph(
+    grids: list[Grid], criterion: Criterion, v: Any, plan: Any, setting: str | None = None
+) -> str:
+    """Every method's grid, every point's score (mean over the tuning seeds, each seed's value)
+    and the chosen point; use as ``functools.partial(tuning_paragraph, grids, criterion)`` for
+    a :class:`~fedretain.experiments.presets.Plan`'s paragraph (``v``: the report's view of
+    the results). With several settings, one table each."""
+    settings = [setting] if setting else plan.settings()
     lines = [
-        "Each point's final accuracy on the validation split (the clients' held-out "
-        f"{VAL_FRACTION:.0%} of their training data; mean over the seeds, each seed's value in "
-        "brackets); the chosen value, the best mean, in bold. The test set plays no part.",
-        "",
-        "| method | key | "
-        + " | ".join(f"point {i + 1}" for i in range(len(grids[0].values)))
-        + " | chosen |",
-        "|---|---|" + "---|" * len(grids[0].values) + "---|",
+        "Each point is scored on the validation split (the clients' held-out "
+        f"{100 * VAL_FRACTION:g} % of their training data) by {criterion.describe()}; mean "
+        "over the tuning seeds, each seed's value in brackets; the chosen point in bold. The "
+        "test set plays no part.",
     ]
-    for g in grids:
-        cells = []
-        for x in g.values:
-            s = scores[g.method][x]
-            text = f"{x:g}: " + (
-                f"{statistics.fmean(s):.4f} ({', '.join(f'{a:.4f}' for a in s)})" if s else "-"
-            )
-            cells.append(f"**{text}**" if x == chosen[g.method] else text)
-        pick = chosen[g.method]
-        lines.append(
-            f"| {g.method} | `{g.key}` | "
-            + " | ".join(cells)
-            + f" | {'-' if pick is None else f'{pick:g}'} |"
-        )
-    picked = [
-        f"{g.method} {g.key}={chosen[g.method]:g}" for g in grids if chosen[g.method] is not None
-    ]
-    if picked:
-        lines += ["", "Chosen: " + "; ".join(picked) + "."]
-    edges = [g.method for g in grids if chosen[g.method] in (min(g.values), max(g.values))]
-    if edges:
-        lines += [
-            "",
-            f"At an edge of its grid: {', '.join(edges)}; a wider grid may choose otherwise.",
+    for s in settings:
+        scores = scores_of(v, s, grids, criterion)
+        chosen = choose(scores)
+        if len(settings) > 1:
+            lines += ["", f"**{s}**"]
+        lines += ["", "| method | point | score |", "|---|---|---|"]
+        for g in grids:
+            for point, got in scores[g.method]:
+                what = ", ".join(f"{k}={x:g}" for k, x in point.items())
+                text = (
+                    f"{criterion.shown(statistics.fmean(got))} "
+                    f"({', '.join(criterion.shown(x) for x in got)})"
+                    if got
+                    else "- (no finished run)"
+                )
+                if point == chosen[g.method]:
+                    what, text = f"**{what}**", f"**{text}**"
+                lines.append(f"| {g.method} | {what} | {text} |")
+        picked = [
+            f"{g.method} " + ", ".join(f"{k}={x:g}" for k, x in pick.items())
+            for g in grids
+            if (pick := chosen[g.method]) is not None
         ]
+        if picked:
+            lines += ["", "Chosen: " + "; ".join(picked) + "."]
+        edges = [
+            f"{g.method} ({', '.join(e)})"
+            for g in grids
+            if (pick := chosen[g.method]) is not None and (e := g.edge(pick))
+        ]
+        if edges:
+            lines += [
+                "",
+                f"At an edge of its grid: {', '.join(edges)}; a wider grid may choose "
+                "otherwise, and the evaluating report leaves the claims that read it undecided.",
+            ]
     return "\n".join(lines)
+
+
+def tuned(preset: str, path: Path = TUNED_FILE) -> dict[str, Any]:
+    """The choices the package ships for ``preset`` (``tuned.json``: the ``choices.json`` of
+    its tuning preset's committed report); a ConfigError when there are none."""
+    try:
+        entry = json.loads(path.read_text())[preset]
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(
+            f"no tuned values for preset {preset} in {path} ({type(e).__name__}): run its "
+            "tuning preset and copy its choices.json there"
+        ) from None
+    return entry
 
 
 __all__ = [
     "BUDGET_KEYS",
+    "TUNED_FILE",
+    "TUNING_SEED",
     "VAL_FRACTION",
+    "Criterion",
     "Grid",
     "check_budgets",
+    "choices",
     "choose",
     "grid_points",
+    "scores_of",
+    "tuned",
     "tuning_paragraph",
-    "validation_accuracy",
-    "validation_scores",
+    "tuning_seeds",
 ]

@@ -105,13 +105,16 @@ def test_privacy_preset_fills_table4_from_each_seeds_study(ci):
     text = (out / "report.md").read_text()
     study = out / "table-4" / "privacy-study" / "seed0"
     result = json.loads((study / "privacy.json").read_text())
+    head = next(line for line in text.splitlines() if line.startswith("| method |"))
+    names = [c.strip() for c in head.strip("|").split("|")]
     for row, (run, attack) in table_rows(result).items():
-        cells = next(line for line in text.splitlines() if line.startswith(f"| {row} |"))
-        cells = [c.strip() for c in cells.strip("|").split("|")]
-        psnr, sigma, final = cells[1], cells[3], cells[-2]
-        assert psnr == f"{result['attacks'][attack]['psnr']:.2f}"
-        assert sigma == (f"{result['sigma_matched']:.3g}" if "dpsgd" in run else "-")
-        assert final == f"{result['runs'][run]['final_accuracy']:.4f}"
+        line = next(line for line in text.splitlines() if line.startswith(f"| {row} |"))
+        cells = dict(zip(names, (c.strip() for c in line.strip("|").split("|")), strict=True))
+        assert cells["attack PSNR (dB)"] == f"{result['attacks'][attack]['psnr']:.2f}"
+        assert cells["random-image PSNR (dB)"] == f"{result['baselines']['random']:.2f}"
+        assert cells["mean-image PSNR (dB)"] == f"{result['baselines']['mean_image']:.2f}"
+        assert cells["σ*"] == (f"{result['sigma_matched']:.3g}" if "dpsgd" in run else "-")
+        assert cells["last acc"] == f"{result['runs'][run]['final_accuracy']:.4f}"
     assert "fedretain privacy dataset=" in text and f"--out {study}" in text
 
 
@@ -296,47 +299,6 @@ def test_a_diverged_run_is_listed_by_every_later_invocation_and_is_no_result(ci,
         assert "FedReg seed 0: diverged in round 2" in text  # the plots draw it to its end
 
 
-def test_held_claims_give_their_seed_count_and_whether_they_exceed_the_spread():
-    from fedretain.experiments.presets import Claim, Plan, RunSpec, fewer, higher
-    from fedretain.experiments.report import RunResult
-    from fedretain.experiments.reproduce import Job, Outcome, Results, claims_section
-
-    finals = {
-        "A": [0.80, 0.81, 0.82],
-        "B": [0.70, 0.71, 0.72],  # below A on every seed
-        "C": [0.60, 0.95, 0.80],  # above B on the means (0.783 > 0.71), on 2 of 3 seeds
-    }
-    reached = {"A": [3, 4, 5], "B": [None, None, None]}  # B never reaches the target
-    runs = [RunSpec("s", m, seed, {}) for m in finals for seed in range(3)]
-    plan = Plan("t", "none", {}, runs, ["final"], targets={"t": 0.5})
-    outcomes = {}
-    for spec in runs:
-        at = (reached.get(spec.method) or [None] * 3)[spec.seed]
-        records = [{"round": r, "test_accuracy": 0.6 if at and r >= at else 0.1} for r in range(9)]
-        summary = {"final_accuracy": finals[spec.method][spec.seed], "rounds": 8}
-        run = RunResult(Path("."), spec.method, {}, summary, records)
-        job = Job("t", spec, [], Path(spec.folder), "done")
-        outcomes[spec.setting, spec.method, spec.seed] = Outcome("finished", job, run=run)
-    plan.claims = [
-        Claim("A ends above B", higher("s", "A", "B")),
-        Claim("C ends above B", higher("s", "C", "B")),
-        Claim("A reaches t before B", fewer("s", "A", "B", "to:t")),
-        Claim("B ends above A", higher("s", "B", "A")),
-    ]
-    lines = claims_section(plan, Results(plan, outcomes), Data("x", "", "x"))
-    rows = {line.split(" | ")[1]: line for line in lines if line.startswith("| ")}
-    assert "**held** on 3 of 3 seeds, beyond the seeds' spread" in rows["A ends above B"]
-    assert (
-        "**held** on the means only, within the seeds' spread (held on 2 of 3 seeds)"
-        in rows["C ends above B"]
-    )
-    assert "**held** on 3 of 3 seeds, beyond the seeds' spread" in rows["A reaches t before B"]
-    assert "**did not hold** on the means, beyond the seeds' spread" in rows["B ends above A"]
-    summary = next(line for line in lines if "claims held" in line)
-    assert "3 of 4 claims held on the means over the seeds, 2 of them beyond" in summary
-    assert "paired 95 % t-interval" in summary and "fedretain.metrics.spread" in summary
-
-
 def test_the_report_names_the_cpu_the_runs_ran_on(ci):
     from fedretain.experiments.reproduce import cpu_text, machine
 
@@ -348,3 +310,61 @@ def test_the_report_names_the_cpu_the_runs_ran_on(ci):
     text = (out / "report.md").read_text()
     assert f"Machine: the runs ran on {cpu_text(here)}." in text
     assert "float32 results vary across CPUs" in text and "without AVX-512" in text
+
+
+def test_report_only_runs_nothing_and_rewrites_the_report_byte_identically(
+    ci, tmp_path, monkeypatch
+):
+    out = ci("demo")
+    copy = tmp_path / "results" / "demo"
+    shutil.copytree(out, copy)
+    for name in ("report.md", "claims.json"):
+        (copy / name).unlink()
+    for checkpoint in copy.glob("**/checkpoint"):  # what a committed report ships: no state
+        shutil.rmtree(checkpoint)
+    monkeypatch.chdir(tmp_path)
+    runs = {p: p.stat().st_mtime_ns for p in copy.glob("**/metrics.jsonl")}
+    assert (
+        main(["reproduce", "demo", "--out", "results/demo", "--scale", "ci", "--report-only"]) == 0
+    )
+    assert {p: p.stat().st_mtime_ns for p in copy.glob("**/metrics.jsonl")} == runs  # no run
+    first = (copy / "report.md").read_text()
+    assert (
+        main(["reproduce", "demo", "--out", "results/demo", "--scale", "ci", "--report-only"]) == 0
+    )
+    assert (copy / "report.md").read_text() == first  # from the same results, the same bytes
+    assert json.loads((copy / "claims.json").read_text())["preset"] == "demo"
+    # an unfinished run is reported as not run, never started
+    shutil.rmtree(copy / "fashion-mnist-two-classes-per-client" / "fedavg" / "seed0")
+    assert (
+        main(["reproduce", "demo", "--out", "results/demo", "--scale", "ci", "--report-only"]) == 0
+    )
+    assert not (copy / "fashion-mnist-two-classes-per-client" / "fedavg" / "seed0").exists()
+    assert (
+        "Runs: 8 of 9 finished, 0 diverged, 0 failed, 1 not run" in (copy / "report.md").read_text()
+    )
+
+
+def test_the_ledger_lists_every_claim_of_every_report_with_counts_per_paper(ci, tmp_path):
+    from fedretain.experiments.reproduce.ledger import ledger
+
+    for name in ("demo", "fedcurv-table1"):
+        shutil.copytree(ci(name), tmp_path / "results" / name)
+    page = ledger(tmp_path / "results")
+    records = [
+        json.loads((tmp_path / "results" / n / "claims.json").read_text())
+        for n in ("demo", "fedcurv-table1")
+    ]
+    claims = [c for r in records for c in r["claims"]]
+    assert all(c["claim"] in page for c in claims)
+    counts = page.split("## Counts per paper")[1].split("##")[0]
+    total = next(line for line in counts.splitlines() if line.startswith("| all |"))
+    assert total.startswith(f"| all | {len(claims)} |")
+    # the demo's claims count under the papers they come from
+    assert (
+        "| FedReg (Xu et al., ICLR 2022) | 1 |" in counts
+        and "| TCE (Legate et al., 2023) | 1 |" in counts
+    )
+    assert "`results/demo/report.md`" in page
+    assert main(["ledger", str(tmp_path / "results"), "--out", str(tmp_path / "claims.md")]) == 0
+    assert (tmp_path / "claims.md").read_text() == page

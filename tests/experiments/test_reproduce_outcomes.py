@@ -7,7 +7,7 @@ import itertools
 import json
 
 from fedretain.experiments.plots import plot_curves, style
-from fedretain.experiments.presets import RunSpec, ranks
+from fedretain.experiments.presets import RunSpec
 from fedretain.experiments.reproduce import Job, job_state, outcomes_of, run_jobs
 from fedretain.recipe.config import load_config
 
@@ -41,39 +41,6 @@ def test_a_failed_run_is_kept_as_failed_and_tried_again(tmp_path):
     assert run_jobs([job], 1, lambda s: None) == {}
     assert json.loads((job.folder / "status.json").read_text())["state"] == "finished"
     assert outcomes_of(job)["FedAvg"].state == "finished"
-
-
-class Seeds:
-    """Means over the seeds, and the values behind them (method -> per-seed values)."""
-
-    def __init__(self, rows: dict[str, list[float]]) -> None:
-        self.rows = rows
-
-    def get(self, setting: str, method: str, metric: str) -> float | None:
-        values = self.rows.get(method)
-        return sum(values) / len(values) if values else None
-
-    def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
-        return list(self.rows[method])
-
-
-def test_ranks_separate_methods_only_beyond_the_seeds_spread():
-    v = Seeds(
-        {
-            "A": [0.80, 0.82, 0.84],
-            "B": [0.79, 0.83, 0.83],  # A above it on 2 of 3 seeds: within noise of A
-            "C": [0.70, 0.71, 0.72],  # below A and B on every seed
-            "D": [0.71, 0.68, 0.72],  # within noise of C
-        }
-    )
-    # E has no mean: left out
-    assert ranks(v, "s", ["D", "C", "B", "A", "E"], "final") == [["A", "B"], ["C", "D"]]
-    assert ranks(v, "s", ["A", "C"], "final", lower=True) == [["C"], ["A"]]
-
-    class OneSeed(Seeds):
-        per_seed = None  # the means only: nothing separates
-
-    assert ranks(OneSeed(v.rows), "s", ["A", "C"], "final") == [["A", "C"]]
 
 
 def test_every_line_of_a_plot_has_its_own_colour_and_marker(tmp_path):

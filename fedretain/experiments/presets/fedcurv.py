@@ -3,7 +3,8 @@ a λ sweep beside FedAvg and FedProx at E = 10 and E = 50 local epochs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from typing import Any
 
 from fedretain.experiments.presets.plan import (
     CI,
@@ -13,9 +14,10 @@ from fedretain.experiments.presets.plan import (
     Claim,
     Data,
     Plan,
+    RunSpec,
     Sweep,
+    Tuned,
     Values,
-    best,
     data_keys,
     fewer,
     lt,
@@ -24,31 +26,40 @@ from fedretain.experiments.presets.plan import (
     runs,
     scale_reasons,
 )
+from fedretain.experiments.tuning import (
+    TUNING_SEED,
+    VAL_FRACTION,
+    Criterion,
+    Grid,
+    choices,
+    grid_points,
+    tuned,
+    tuning_paragraph,
+    tuning_seeds,
+)
 
 FEDCURV_TABLE1 = {  # rounds to 95 %, 90 %, 85 %
     "E=50": {"FedCurv": (38, 9, 6), "FedProx": (140, 22, 16), "FedAvg": (76, 30, 22)},
     "E=10": {"FedCurv": (99, 35, 27), "FedProx": (115, 46, 33), "FedAvg": (106, 51, 43)},
 }
+# the paper's targets, and Fashion-MNIST's in their place (FedAvg reaches about 76 % in 60
+# rounds there)
+PAPER_TARGETS = (0.95, 0.90, 0.85)
+STANDIN_TARGETS = (0.75, 0.70, 0.65)
+# the tuning grids of λ and μ (the paper: "a multiplicative grid using a factor of 10"); the
+# λ sweep of the report is the same grid, so the chosen λ is one of its runs
+FEDCURV_LAMBDAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+FEDPROX_MUS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+FEDCURV_TUNE_COMMAND = (
+    "fedretain reproduce fedcurv-tune --out results/fedcurv-tune --scale small --jobs 2"
+)
 
 
-def fedcurv_table1(scale: str, seeds: list[int], data: Data) -> Plan:
-    """FedCurv (Shoham et al., 2019) Table 1: rounds to 95/90/85 % on non-IID MNIST (96
-    devices of two label blocks each), FedCurv over a λ sweep with FedAvg (and FedProx)
-    beside it, at E = 10 and E = 50 local epochs.
-
-    The text conversion lost the paper's batch size, participation, learning rate and λ; we
-    use batch 50, 10 of 96 devices per round, lr 0.1, and sweep λ. ``paper``: the PyTorch
-    example CNN (``cnn2``), 150 rounds. ``small``: the MLP, 60 rounds, E = 10 and E = 50 run
-    2 and 10 epochs; Fashion-MNIST's targets are 75/70/65 % (FedAvg reaches about 76 % in
-    60 rounds there). Measured on 2 cores with ``--jobs 2`` (2026-11-26): 3,359 s of training
-    in all, about 30 minutes for 2 seeds (3 timed rounds per run had estimated 20).
-    """
-    lambdas = pick(
-        scale,
-        paper=[1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0],
-        small=[1e-4, 1e-3, 1e-2, 1e-1, 1.0],
-        ci=[1e-4, 1e-2, 1.0],
-    )
+def fedcurv_setup(
+    scale: str, data: Data
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, float], dict[str, float]]:
+    """What Table 1 and its tuning share: the base config, the settings (E=10, E=50: name ->
+    config keys), our targets and the paper's (label -> accuracy), labelled by ours."""
     epochs = pick(scale, paper=(10, 50), small=(2, 10), ci=(10, 50))
     base = {
         **data_keys(data),
@@ -67,63 +78,169 @@ def fedcurv_table1(scale: str, seeds: list[int], data: Data) -> Plan:
             ci={**CI, **CI_MLP},
         ),
     }
-    baselines = {
-        "FedAvg": {"algorithm": "fedavg"},
-        "FedProx": {"algorithm": "fedprox", "algo.mu": 0.01},
+    settings = {
+        label: ({} if scale == "ci" else {"local_epochs": e})
+        for label, e in zip(("E=10", "E=50"), epochs, strict=True)
     }
-    specs = []
-    for label, e in zip(("E=10", "E=50"), epochs, strict=True):
-        keys = {} if scale == "ci" else {"local_epochs": e}
-        specs += runs(label, baselines, seeds, keys)
-        for lam in lambdas:  # the sweep: one series, λ its x
-            point = {f"FedCurv λ={lam:g}": {"algorithm": "fedcurv", "algo.lambda": lam}}
-            specs += runs(label, point, seeds, keys, series="FedCurv", x=lam)
     mnist = data.name == "mnist"
-    targets = {"95%": 0.95, "90%": 0.90, "85%": 0.85}
-    if not mnist:  # Fashion-MNIST's two-class shards: FedAvg reaches about 76 % in 60 rounds
-        targets = {"95%": 0.75, "90%": 0.70, "85%": 0.65}
-    curv = [f"FedCurv λ={lam:g}" for lam in lambdas]
+    ours = PAPER_TARGETS if mnist else STANDIN_TARGETS
+    labels = [
+        f"{100 * o:g} %" if mnist else f"{100 * o:g} % (the paper's {100 * p:g} %)"
+        for o, p in zip(ours, PAPER_TARGETS, strict=True)
+    ]
+    targets = dict(zip(labels, ours, strict=True))
+    paper_targets = dict(zip(labels, PAPER_TARGETS, strict=True))
+    return base, settings, targets, paper_targets
 
-    def best_curv(setting: str) -> Callable[[Values], float | None]:
-        return lambda v: best(v, setting, curv, "to:90%", lower=True)
+
+def fedcurv_grids() -> list[Grid]:
+    """The grids of FedCurv's λ and FedProx's μ (six values each, one learning rate)."""
+    return [
+        Grid(
+            "FedCurv",
+            {"algorithm": "fedcurv"},
+            {"algo.lambda": FEDCURV_LAMBDAS},
+            {"algo.lambda": (0.0, math.inf)},
+        ),
+        Grid(
+            "FedProx",
+            {"algorithm": "fedprox"},
+            {"algo.mu": FEDPROX_MUS},
+            {"algo.mu": (0.0, math.inf)},
+        ),
+    ]
+
+
+def fedcurv_tune(scale: str, seeds: list[int], data: Data) -> Plan:
+    """FedCurv's λ and FedProx's μ chosen per E as the paper chose them: the fewest rounds to
+    the 90 % target (Fashion-MNIST: 70 %), here on a validation split held out of the clients'
+    training data (the paper read the test set), with the final validation accuracy breaking
+    ties; six values each (:func:`fedcurv_grids`), on the tuning seed
+    (:data:`~fedretain.experiments.tuning.TUNING_SEED`). ``fedcurv-table1`` runs FedProx at
+    the chosen μ and reads FedCurv at the chosen λ from its sweep."""
+    from functools import partial
+
+    base, settings, targets, _ = fedcurv_setup(scale, data)
+    base.update(val_fraction=VAL_FRACTION, checkpoint_every=base["rounds"])
+    grids = fedcurv_grids()
+    criterion = Criterion(target=list(targets.values())[1])
+    specs = [
+        RunSpec(setting, g.label(p), seed, {**keys, **g.overrides, **p, "seed": seed}, g.method)
+        for setting, keys in settings.items()
+        for g, p, seed in grid_points(grids, tuning_seeds(seeds))
+    ]
+    return Plan(
+        title="Tuning FedCurv's λ and FedProx's μ for FedCurv Table 1 on a validation split",
+        source="none: the choice fedcurv-table1 ships",
+        base=base,
+        runs=specs,
+        metrics=["final", "wall_s"],
+        reasons=scale_reasons(
+            scale, small="scale=small: the MLP, 60 rounds, E=10 and E=50 run 2 and 10 epochs"
+        ),
+        paragraph=partial(tuning_paragraph, grids, criterion),
+        choices=lambda v, plan: choices(grids, criterion, v, plan.settings()),
+        notes=[
+            "The table's accuracy is the test set's, shown only; the choice reads the "
+            "validation split (the summary)."
+        ],
+    )
+
+
+PRESETS.add(
+    "fedcurv-tune",
+    fedcurv_tune,
+    "FedCurv Table 1's λ and μ, chosen per E on a validation split",
+    dataset="mnist",
+    standin="fashion-mnist",
+    seeds={"ci": 1, "small": 1, "paper": 1},
+    estimate="about 30 min (1 tuning seed, --jobs 2)",
+    paper="FedCurv (Shoham et al., 2019)",
+)
+
+
+def fedcurv_tuned(settings: list[str]) -> list[Tuned]:
+    """The λ and μ the package ships per setting (``tuned.json``'s ``fedcurv-table1``: the
+    committed ``results/fedcurv-tune/choices.json``)."""
+    chosen = tuned("fedcurv-table1")["settings"]
+    out = []
+    for setting in settings:
+        for method, c in chosen[setting].items():
+            if c["chosen"] is None:
+                continue
+            row = f"FedCurv λ={c['chosen']['algo.lambda']:g}" if method == "FedCurv" else method
+            out.append(Tuned(method, c["chosen"], c["grid"], c["points"], c["edge"], setting, row))
+    return out
+
+
+def fedcurv_table1(scale: str, seeds: list[int], data: Data) -> Plan:
+    """FedCurv (Shoham et al., 2019) Table 1: rounds to 95/90/85 % on non-IID MNIST (96
+    devices of two label blocks each), FedCurv over a λ sweep with FedAvg and FedProx beside
+    it, at E = 10 and E = 50 local epochs.
+
+    The text conversion lost the paper's batch size, participation, learning rate and λ; we
+    use batch 50, 10 of 96 devices per round, lr 0.1. λ and FedProx's μ are chosen per E as
+    the paper chose them, the fewest rounds to 90 %, on a validation split and a tuning seed
+    (``fedretain reproduce fedcurv-tune``: :func:`fedcurv_tune`); the claims read FedCurv at
+    the chosen λ (one point of the sweep) and FedProx at the chosen μ. ``paper``: the PyTorch
+    example CNN (``cnn2``), 150 rounds. ``small``: the MLP, 60 rounds, E = 10 and E = 50 run
+    2 and 10 epochs; Fashion-MNIST's targets are 75/70/65 % (FedAvg reaches about 76 % in 60
+    rounds there), and the reports' headers say so.
+    """
+    base, settings, targets, paper_targets = fedcurv_setup(scale, data)
+    lambdas = pick(scale, paper=FEDCURV_LAMBDAS, small=FEDCURV_LAMBDAS, ci=(1e-4, 1e-2, 1.0))
+    choices = fedcurv_tuned(list(settings))
+    lam = {t.setting: t.chosen["algo.lambda"] for t in choices if t.method == "FedCurv"}
+    mu = {t.setting: t.chosen["algo.mu"] for t in choices if t.method == "FedProx"}
+    specs = []
+    for label, keys in settings.items():
+        methods = {
+            "FedAvg": {"algorithm": "fedavg"},
+            "FedProx": {"algorithm": "fedprox", "algo.mu": mu[label]},
+        }
+        specs += runs(label, methods, seeds, keys)
+        for x in sorted({*lambdas, lam[label]}):  # the sweep: one series, λ its x
+            point = {f"FedCurv λ={x:g}": {"algorithm": "fedcurv", "algo.lambda": x}}
+            specs += runs(label, point, seeds, keys, series="FedCurv", x=x)
+    t90, t95 = (f"to:{k}" for k in list(targets)[1::-1])
+
+    def curv(setting: str) -> str:
+        return f"FedCurv λ={lam[setting]:g}"
 
     def speedup(setting: str, v: Values) -> float | None:
-        a, b = best_curv(setting)(v), v.get(setting, "FedAvg", "to:90%")
+        a, b = v.get(setting, curv(setting), t90), v.get(setting, "FedAvg", t90)
         if a is None or b is None or a == INF or b == INF:
             return None
         return b / max(a, 1)
 
-    def larger_at_50(v: Values) -> bool | None:
-        fifty, ten = speedup("E=50", v), speedup("E=10", v)
-        return None if fifty is None or ten is None else lt(ten, fifty)
-
-    tuned = (
-        "the paper tuned λ (and FedProx's μ) per E for the fewest rounds to 90 %; the penalty "
-        "pays off when many local epochs pull the devices' models apart"
+    tuned_why = (
+        "the penalty pays off when many local epochs pull the devices' models apart; λ and μ "
+        "are chosen on validation with a tuning seed, so the evaluation seeds may favour "
+        "another value"
     )
     claims = [
         Claim(
-            f"{e}: FedCurv (best λ) reaches 90 % in fewer rounds than FedAvg",
-            lambda v, e=e: lt(best_curv(e)(v), v.get(e, "FedAvg", "to:90%")),
-            tuned,
+            f"{e}: FedCurv (λ chosen) reaches 90 % in fewer rounds than FedAvg",
+            fewer(e, curv(e), "FedAvg", t90),
+            tuned_why,
         )
         for e in ("E=50", "E=10")
     ]
     claims += [
         Claim(
             "FedCurv's speed-up over FedAvg (rounds to 90 %) is larger at E=50 than at E=10",
-            larger_at_50,
-            tuned,
+            lambda v: lt(speedup("E=10", v), speedup("E=50", v), "ratio", "E=50 > E=10"),
+            tuned_why,
         ),
         Claim(
-            "E=50: FedProx reaches 90 % in fewer rounds than FedAvg",
-            fewer("E=50", "FedProx", "FedAvg", "to:90%"),
-            tuned,
+            "E=50: FedProx (μ chosen) reaches 90 % in fewer rounds than FedAvg",
+            fewer("E=50", "FedProx", "FedAvg", t90),
+            tuned_why,
         ),
         Claim(
             "E=50: FedProx reaches 95 % in more rounds than FedAvg (stiffness costs it late)",
-            fewer("E=50", "FedAvg", "FedProx", "to:95%"),
-            tuned,
+            fewer("E=50", "FedAvg", "FedProx", t95),
+            tuned_why,
         ),
     ]
     reasons = scale_reasons(
@@ -131,23 +248,32 @@ def fedcurv_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         small="scale=small: the MLP instead of the PyTorch example CNN, 60 rounds, E=10 and "
         "E=50 run 2 and 10 local epochs",
     )
-    if not mnist:
+    if data.name != "mnist":
         reasons.append(
             f"{data.name} stands in for mnist: rounds to 75/70/65 % stand for the paper's "
-            "95/90/85 %"
+            "95/90/85 % (the columns say both)"
         )
+    labels = [f"to:{k}" for k in targets]
     return Plan(
         title="FedCurv (Shoham et al., 2019), Table 1: rounds to accuracy on non-IID MNIST",
         source="FedCurv Table 1 (its λ, batch size, participation and lr were lost in the text)",
         base=base,
         runs=specs,
-        metrics=["to:95%", "to:90%", "to:85%", "final", "top"],
-        paper=paper_numbers(("to:95%", "to:90%", "to:85%"), FEDCURV_TABLE1),
+        metrics=[*labels, "final", "top"],
+        paper=paper_numbers(labels, FEDCURV_TABLE1),
         claims=claims,
         reasons=reasons,
         targets=targets,
-        paper_targets={"95%": 0.95, "90%": 0.90, "85%": 0.85},
+        paper_targets=paper_targets,
         sweep=Sweep("λ", log=True, baseline="FedAvg"),
+        tuning=choices,
+        tuning_note=(
+            "FedCurv's λ and FedProx's μ were chosen per E by the fewest rounds to the 90 % "
+            f"target (here {100 * list(targets.values())[1]:g} %) on a validation split, on "
+            f"tuning seed {TUNING_SEED}, which is no evaluation seed (`{FEDCURV_TUNE_COMMAND}`; "
+            "its report, `results/fedcurv-tune/report.md`, lists every point); the one "
+            "learning rate (0.1) is the same for every method, as in the paper."
+        ),
         notes=[
             "The paper's FedCurv numbers (at its tuned λ) sit on the row of our best λ "
             "(the highest final accuracy)."
@@ -161,6 +287,7 @@ PRESETS.add(
     "FedCurv Table 1: a λ sweep of FedCurv beside FedAvg and FedProx at E=10 and E=50",
     dataset="mnist",
     standin="fashion-mnist",
-    seeds={"ci": 1, "small": 2, "paper": 3},
-    estimate="about 30 min (2 seeds, --jobs 2)",
+    seeds={"ci": 1, "small": 3, "paper": 3},
+    estimate="about 45 min (3 seeds, --jobs 2)",
+    paper="FedCurv (Shoham et al., 2019)",
 )

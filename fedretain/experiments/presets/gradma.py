@@ -17,9 +17,11 @@ from fedretain.experiments.presets.plan import (
     data_keys,
     every,
     fewer,
+    ge,
     higher,
     highest,
     lt,
+    paper_floor,
     pick,
     runs_over,
     scale_reasons,
@@ -149,8 +151,10 @@ def gradma_plan(
         scale,
         small="scale=small: 200 rounds (the paper's MNIST runs reach round 493), evaluated every 5",
     )
-    if not mnist:
+    if not mnist and any(ours[s] != GRADMA_TARGETS[s] for s in ours):
         reasons.append(f"{data.name} stands in for mnist: 80 % stands for the paper's 95 % target")
+    elif not mnist:
+        reasons.append(f"{data.name} stands in for mnist (the paper's targets kept)")
     return Plan(
         title=f"GradMA (Luo et al., CVPR 2023), {table}",
         source="GradMA Table 1 (top accuracy) and Table 2 (rounds to ac), MNIST+NN columns",
@@ -159,6 +163,23 @@ def gradma_plan(
         metrics=["top", "to:ac", "final"],
         paper=paper,
         reasons=reasons,
+        floors={
+            s: paper_floor(
+                min(
+                    float(GRADMA_TOP[m][GRADMA_COLUMNS.index(column.get(s, s))].split("±")[0])
+                    for m in methods
+                )
+                / 100,
+                "lowest top accuracy of the column",
+            )
+            for s in settings
+        },
+        tuning_note=(
+            "Not tuned here: every method trains at lr 0.05 with every momentum 0.5 (at 0.9 "
+            "FedAvgM collapses here); the paper tuned each method's hyper-parameters in its "
+            "Appendix 2, which our copy of the paper lacks, so a tuned baseline might turn a "
+            "verdict."
+        ),
         targets={"ac": ours},
         paper_targets={"ac": {s: t for s, t in GRADMA_TARGETS.items() if s in settings}},
     )
@@ -186,7 +207,7 @@ def gradma_lead_claims(hard: str, easy: str, why: str) -> list[Claim]:
         ),
         Claim(
             f"GradMA's lead over FedAvg (top accuracy) is larger at {hard} than at {easy}",
-            lambda v: lt(margin(v, easy), margin(v, hard)),
+            lambda v: lt(margin(v, easy), margin(v, hard), "top", f"lead at {hard} > at {easy}"),
             why,
         ),
     ]
@@ -195,7 +216,7 @@ def gradma_lead_claims(hard: str, easy: str, why: str) -> list[Claim]:
 def fedavg_falls(v: Values) -> bool | None:
     """FedAvg's top accuracy falls from ω=1.0 to ω=0.1 and from ω=0.1 to ω=0.01."""
     a, b, c = (v.get(f"ω={w}", "FedAvg", "top") for w in (1.0, 0.1, 0.01))
-    return every([lt(b, a), lt(c, b)])
+    return every([lt(b, a, "top", "ω=0.1 < ω=1.0"), lt(c, b, "top", "ω=0.01 < ω=0.1")])
 
 
 def gradma_table1(scale: str, seeds: list[int], data: Data) -> Plan:
@@ -263,11 +284,16 @@ def gradma_table2(scale: str, seeds: list[int], data: Data) -> Plan:
         "GradMA's memory stands in for the workers not sampled; its lead shows at small S "
         "over hundreds of rounds"
     )
+    plan.left_out = (
+        ", ".join(m for m in GRADMA_METHODS if m not in GRADMA_TABLE2_METHODS)
+        + ": the S grid at 3 seeds with all 16 methods costs about three times the CPU time of "
+        "these six (S=50 trains 50 clients a round); `gradma-table1` runs all 16 at S = 10."
+    )
     plan.claims = [
         *gradma_lead_claims("S=5", "S=50", fewer_workers),
         Claim(
             "S=50: GradMA's lead vanishes (FedAvg within 2 points of it, or above)",
-            lambda v: None if (m := margin(v, "S=50")) is None else not lt(0.02, m),
+            lambda v: ge(0.02, margin(v, "S=50"), "exact", "GradMA's lead <= 2 points"),
             "the paper attributes it to over-fitting of a simple model with many workers per round",
         ),
     ]
@@ -282,6 +308,7 @@ PRESETS.add(
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
     estimate="about 45 min (3 seeds, --jobs 2)",
+    paper="GradMA (Luo et al., CVPR 2023)",
 )
 PRESETS.add(
     "gradma-table2",
@@ -291,4 +318,5 @@ PRESETS.add(
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
     estimate="about 40 min (2 seeds, --jobs 2)",
+    paper="GradMA (Luo et al., CVPR 2023)",
 )

@@ -66,11 +66,35 @@ class RunSpec:
 @dataclass(frozen=True)
 class Claim:
     """A claim of the paper, checked on our numbers; ``why_not``: the most likely reason when
-    it does not hold (after the plan's deviations from the paper)."""
+    it does not hold (after the plan's deviations from the paper); ``grid``: it reads the best
+    point of a swept series (its verdict needs that best inside the grid, not at an edge);
+    ``paper``: whose claim it is, where not the preset's paper (the demo's)."""
 
     text: str
     check: Check
     why_not: str = ""
+    grid: bool = False
+    paper: str = ""
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A method's hyper-parameters chosen on a validation split (:mod:`fedretain.experiments.
+    tuning`): the chosen value of each key, each key's grid, each point's validation score
+    (``points``: the keys' values and the score) and the keys chosen at an edge of their grid
+    that is not the edge of what the key allows (``edge``: a wider grid might choose
+    otherwise)."""
+
+    method: str
+    chosen: dict[str, float]
+    grid: dict[str, list[float]]
+    points: list[dict[str, float]] = field(default_factory=list)
+    edge: list[str] = field(default_factory=list)
+    setting: str = ""  # the setting it was chosen for ("": every setting)
+    row: str = ""  # the plan's method whose runs use the choice (default: ``method``)
+
+    def runs_as(self) -> str:
+        return self.row or self.method
 
 
 @dataclass(frozen=True)
@@ -120,6 +144,19 @@ class Plan:
     # settings whose report relates each accuracy change between evaluations to how many
     # classes the clients of those rounds held (what drives swings on one-class clients)
     coverage: tuple[str, ...] = ()
+    # the smallest gaps that matter where the preset sets its own (by metric or family,
+    # fedretain.metrics.spread.THRESHOLDS otherwise)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    # setting -> (accuracy, why): a final accuracy below it is an undertrained model, whose
+    # end-of-training comparisons decide nothing (paper_floor: the paper's less a margin)
+    floors: dict[str, tuple[float, str]] = field(default_factory=dict)
+    chance: float = 0.1  # a guess's accuracy (1 / classes)
+    tuning: list[Tuned] = field(default_factory=list)  # how the methods' values were chosen
+    # a tuning plan's choices (fedretain.experiments.tuning.choices), written beside its
+    # report as choices.json
+    choices: Callable[[Values, Plan], dict[str, Any]] | None = None
+    tuning_note: str = ""  # where they come from (a tuning preset and its report)
+    left_out: str = ""  # the baselines of the paper's table this plan does not run, and why
 
     def settings(self) -> list[str]:
         return list(dict.fromkeys(r.setting for r in self.runs))
@@ -158,17 +195,31 @@ def pick(scale: str, **by_scale: Any) -> Any:
 # ---------------------------------------------------------------------------- claim helpers
 
 
+@dataclass(frozen=True)
+class Compared:
+    """One comparison a claim's check makes: it asserts ``a < b`` (``want``) or that ``a`` is
+    not below ``b`` by a gap that matters (``not want``: :func:`ge`), on ``metric`` (whose
+    practical threshold it is held to); ``label`` names what is compared."""
+
+    a: float | None
+    b: float | None
+    metric: str
+    want: bool = True
+    label: str = ""
+
+
 # the comparisons the claim being checked makes, while :func:`comparisons` collects them
-_COMPARED: ContextVar[list[tuple[float | None, float | None]] | None] = ContextVar(
-    "compared", default=None
-)
+_COMPARED: ContextVar[list[Compared] | None] = ContextVar("compared", default=None)
+# while :func:`replayed` runs a check: each comparison's outcome over the seeds, in order
+_REPLAY: ContextVar[Iterator[bool | None] | None] = ContextVar("replay", default=None)
 
 
 @contextmanager
-def comparisons() -> Iterator[list[tuple[float | None, float | None]]]:
-    """Collect, in order, every ``a < b`` a claim's check makes (its :func:`lt` calls):
-    run on each seed's values, they pair up for :func:`fedretain.metrics.spread.separated`."""
-    seen: list[tuple[float | None, float | None]] = []
+def comparisons() -> Iterator[list[Compared]]:
+    """Collect, in order, every comparison a claim's check makes (its :func:`lt` and
+    :func:`ge` calls): run on each seed's values, they pair up seed by seed for
+    :func:`fedretain.metrics.spread.below`."""
+    seen: list[Compared] = []
     token = _COMPARED.set(seen)
     try:
         yield seen
@@ -176,14 +227,44 @@ def comparisons() -> Iterator[list[tuple[float | None, float | None]]]:
         _COMPARED.reset(token)
 
 
-def lt(a: float | None, b: float | None) -> bool | None:
-    """a < b, undecided when a value is missing or both never reached their target."""
+@contextmanager
+def replayed(outcomes: Sequence[bool | None]) -> Iterator[None]:
+    """Within it, the i-th comparison a check makes returns ``outcomes[i]`` (what the seeds
+    decided of it: True, False or None for open) instead of comparing two values, so that the
+    check combines the seeds' decisions as it combines values (``every``, ``at_most``, ...)."""
+    token = _REPLAY.set(iter(outcomes))
+    try:
+        yield
+    finally:
+        _REPLAY.reset(token)
+
+
+def _compare(a: float | None, b: float | None, metric: str, want: bool, label: str) -> bool | None:
     seen = _COMPARED.get()
     if seen is not None:
-        seen.append((a, b))
+        seen.append(Compared(a, b, metric, want, label))
+    replay = _REPLAY.get()
+    if replay is not None:
+        return next(replay, None)
     if a is None or b is None or (a == INF and b == INF):
         return None
-    return a < b
+    return a < b if want else a >= b
+
+
+def lt(a: float | None, b: float | None, metric: str, label: str = "") -> bool | None:
+    """The claim asserts ``a < b`` on ``metric`` (a metric, or a threshold family of
+    :data:`fedretain.metrics.spread.THRESHOLDS`: ``count``, ``ratio``, ``exact``...): on one
+    seed's values or the means, a < b (undecided when a value is missing or both never reached
+    their target); over the seeds, it holds when the gap exceeds the seeds' spread and the
+    metric's practical threshold."""
+    return _compare(a, b, metric, True, label)
+
+
+def ge(a: float | None, b: float | None, metric: str, label: str = "") -> bool | None:
+    """The claim asserts ``a`` is not below ``b``: on one seed's values or the means a >= b;
+    over the seeds, it holds when ``b - a`` stays below the practical threshold beyond the
+    seeds' spread (no gap that matters in ``b``'s favour)."""
+    return _compare(a, b, metric, False, label)
 
 
 def every(results: Iterable[bool | None]) -> bool | None:
@@ -196,40 +277,33 @@ def every(results: Iterable[bool | None]) -> bool | None:
 
 def fewer(setting: str, a: str, b: str, metric: str) -> Check:
     """``a`` reaches ``metric`` (a rounds-to metric) in fewer rounds than ``b``."""
-    return lambda v: lt(v.get(setting, a, metric), v.get(setting, b, metric))
+    return lambda v: lt(v.get(setting, a, metric), v.get(setting, b, metric), metric, f"{a} < {b}")
 
 
 def higher(setting: str, a: str, b: str, metric: str = "final") -> Check:
     """``a``'s ``metric`` is above ``b``'s."""
-    return lambda v: lt(v.get(setting, b, metric), v.get(setting, a, metric))
+    return lambda v: lt(v.get(setting, b, metric), v.get(setting, a, metric), metric, f"{a} > {b}")
 
 
 def at_most(setting: str, a: str, b: str, metric: str) -> Check:
-    """``a``'s ``metric`` is at most ``b``'s."""
-
-    def check(v: Values) -> bool | None:
-        b_below = lt(v.get(setting, b, metric), v.get(setting, a, metric))
-        return None if b_below is None else not b_below
-
-    return check
+    """``a``'s ``metric`` is at most ``b``'s (not above it by a gap that matters)."""
+    return lambda v: ge(v.get(setting, b, metric), v.get(setting, a, metric), metric, f"{a} <= {b}")
 
 
 def fewest(setting: str, a: str, others: list[str], metric: str) -> Check:
     """``a``'s ``metric`` (a rounds-to metric) is below every one of ``others``'."""
-    return lambda v: every(lt(v.get(setting, a, metric), v.get(setting, o, metric)) for o in others)
+    return lambda v: every(
+        lt(v.get(setting, a, metric), v.get(setting, o, metric), metric, f"{a} < {o}")
+        for o in others
+    )
 
 
 def highest(setting: str, a: str, others: list[str], metric: str = "final") -> Check:
     """``a``'s ``metric`` is above every one of ``others``'."""
-    return lambda v: every(lt(v.get(setting, o, metric), v.get(setting, a, metric)) for o in others)
-
-
-def best(v: Values, setting: str, methods: list[str], metric: str, lower: bool) -> float | None:
-    """The best value of ``metric`` over ``methods`` (a sweep's series); None if none ran."""
-    values = [x for m in methods if (x := v.get(setting, m, metric)) is not None]
-    if not values:
-        return None
-    return min(values) if lower else max(values)
+    return lambda v: every(
+        lt(v.get(setting, o, metric), v.get(setting, a, metric), metric, f"{a} > {o}")
+        for o in others
+    )
 
 
 def seed_values(v: Values, setting: str, method: str, metric: str) -> list[float | None]:
@@ -241,30 +315,96 @@ def seed_values(v: Values, setting: str, method: str, metric: str) -> list[float
     return [v.get(setting, method, metric)]
 
 
-def ranks(
-    v: Values, setting: str, methods: Iterable[str], metric: str, lower: bool = False
-) -> list[list[str]]:
-    """``methods`` grouped into ranks by ``metric``, best first, each rank best first. A rank
-    is its best method and those within noise of it: a method opens a new rank when it
-    separates from the best method of the rank above beyond the seeds' spread
-    (:func:`fedretain.metrics.spread.separated`: the paired 95 % t-interval of the gap over
-    the seeds excludes zero), else it joins that rank. (Comparing with the rank's best, not
-    with every member, keeps a noisy method from chaining far-apart methods into one rank.)
-    Methods without a mean are left out; with one seed nothing separates, so every method
-    shares one rank."""
-    from fedretain.metrics.spread import separated
+@dataclass
+class Ranking:
+    """Methods ordered by their means of ``metric`` (best first), and which pairs rank apart
+    (:func:`fedretain.metrics.spread.above`: the paired gap exceeds both the seeds' spread and
+    the metric's practical threshold). Every other pair is indistinguishable."""
+
+    metric: str
+    means: dict[str, float]  # best first
+    apart: dict[tuple[str, str], bool]  # (better, worse) -> ranks above
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.means)
+
+    def beats(self, a: str) -> list[str]:
+        """The methods ``a`` ranks above, best first."""
+        return [b for b in self.order if self.apart.get((a, b))]
+
+    def top(self) -> list[str]:
+        """The methods no other method ranks above."""
+        return [m for m in self.order if not any(self.apart.get((o, m)) for o in self.order)]
+
+    def describe(self) -> str:
+        """Every pair in words: which methods rank above which, and the indistinguishable
+        pairs."""
+        above = [f"{m} ranks above {_joined(self.beats(m))}" for m in self.order if self.beats(m)]
+        ties = [f"{a} and {b}" for a, b in self.ties()]
+        if not above:
+            return "No pair of methods ranks apart: every pair is indistinguishable."
+        text = "; ".join(above) + "."
+        if ties:
+            text += " Indistinguishable: " + "; ".join(ties) + "."
+        return text
+
+    def ties(self) -> list[tuple[str, str]]:
+        """The indistinguishable pairs, better mean first."""
+        order = self.order
+        return [
+            (a, b)
+            for i, a in enumerate(order)
+            for b in order[i + 1 :]
+            if not self.apart[a, b] and not self.apart[b, a]
+        ]
+
+
+def _joined(names: Sequence[str]) -> str:
+    """``["a", "b", "c"]`` -> ``"a, b and c"``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def ranking(
+    v: Values,
+    setting: str,
+    methods: Iterable[str],
+    metric: str,
+    lower: bool = False,
+    thresholds: Mapping[str, Any] | None = None,
+) -> Ranking:
+    """``methods`` ranked by ``metric`` (means over the seeds, best first; ``lower``: lower is
+    better), with the pairs that rank apart by the report's one rule. Methods without a mean
+    are left out; with one seed no pair ranks apart."""
+    from fedretain.metrics.spread import above, threshold_of
 
     means = {m: x for m in methods if (x := v.get(setting, m, metric)) is not None}
     order = sorted(means, key=lambda m: means[m], reverse=not lower)
-    out: list[list[str]] = []
-    for m in order:
-        if out and not separated(
-            seed_values(v, setting, m, metric), seed_values(v, setting, out[-1][0], metric)
-        ):
-            out[-1].append(m)
-        else:
-            out.append([m])
-    return out
+    threshold = threshold_of(metric, dict(thresholds or {}))
+    sign = -1.0 if lower else 1.0
+
+    def signed(m: str) -> list[float | None]:
+        return [None if x is None else sign * x for x in seed_values(v, setting, m, metric)]
+
+    apart = {
+        (a, b): a != b and above(signed(a), signed(b), threshold) for a in order for b in order
+    }
+    return Ranking(metric, {m: means[m] for m in order}, apart)
+
+
+UNDERTRAINED = 0.30  # a model this far below the paper's accuracy is in another regime
+NO_GUARANTEE = 10.0  # a DP epsilon above this promises nothing one would call privacy
+
+
+def paper_floor(accuracy: float, what: str) -> tuple[float, str]:
+    """A setting's floor (``Plan.floors``): the paper's ``accuracy`` (``what`` says which)
+    less :data:`UNDERTRAINED` (30 points: a stand-in dataset or a shorter run explains a
+    few points, not thirty)."""
+    return (
+        round(accuracy - UNDERTRAINED, 4),
+        f"the paper's {what}, {accuracy:.3f}, less {100 * UNDERTRAINED:.0f} points",
+    )
 
 
 def data_keys(data: Data) -> dict[str, Any]:

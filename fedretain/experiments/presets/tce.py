@@ -13,7 +13,9 @@ from fedretain.experiments.presets.plan import (
     Sweep,
     Values,
     data_keys,
+    ge,
     lt,
+    paper_floor,
     pick,
     runs,
     scale_reasons,
@@ -128,17 +130,22 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         avg = finals(v, setting, f"FedAvg ({norm})")
         if any(x is None for x in tce + avg):
             return None
-        wins = sum(a > b for a, b in zip(tce, avg, strict=True))  # type: ignore[operator]
-        return lt(len(lrs) / 2, wins)
+        # a win: TCE at least 1 point above FedAvg at that learning rate
+        wins = sum(a >= b + 0.01 for a, b in zip(tce, avg, strict=True))  # type: ignore[operator]
+        return lt(len(lrs) / 2, wins, "count", f"TCE's wins ({norm}, {setting}) > half the lrs")
 
     def tce_best(v: Values) -> bool | None:
         tce = [top(v, "α=0.1", "FedAvg+TCE (GN)"), top(v, "α=0.1", "FedAvg+TCE (BN)")]
         avg = top(v, "α=0.1", "FedAvg (GN)")
-        return None if None in tce or avg is None else lt(avg, max(tce))  # type: ignore[type-var]
+        if None in tce or avg is None:
+            return None
+        return lt(avg, max(tce), "final", "TCE's best > FedAvg's best")  # type: ignore[type-var]
 
     def bn_close(v: Values) -> bool | None:
         bn, gn = top(v, "α=0.1", "FedAvg+TCE (BN)"), top(v, "α=0.1", "FedAvg+TCE (GN)")
-        return None if bn is None or gn is None else not lt(bn, gn - 0.02)
+        if bn is None or gn is None:
+            return None
+        return ge(bn, gn - 0.02, "exact", "TCE (BN) >= TCE (GN) - 2 points")
 
     def robust(v: Values) -> bool | None:
         def near(variant: str) -> int | None:
@@ -148,7 +155,7 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
             return sum(x >= best_value - 0.03 for x in values)  # type: ignore[operator]
 
         tce, avg = near("FedAvg+TCE (GN)"), near("FedAvg (GN)")
-        return None if tce is None or avg is None else lt(avg, tce)
+        return None if tce is None or avg is None else lt(avg, tce, "count", "TCE > FedAvg")
 
     def gain(v: Values, setting: str) -> float | None:
         tce, avg = top(v, setting, "FedAvg+TCE (GN)"), top(v, setting, "FedAvg (GN)")
@@ -159,23 +166,30 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         "few rounds of few local steps leave little forgetting for TCE to prevent"
     )
     claims = [
-        Claim("α=0.1: TCE (GN) beats FedAvg (GN) at most learning rates", most_lrs, long),
-        Claim("α=0.1: the best accuracy of the grid is TCE's", tce_best, long),
+        Claim(
+            "α=0.1: TCE (GN) beats FedAvg (GN) by at least 1 point at most learning rates",
+            most_lrs,
+            long,
+        ),
+        Claim("α=0.1: the best accuracy of the grid is TCE's", tce_best, long, grid=True),
         Claim(
             "α=0.1: TCE with BatchNorm is at most 2 points below TCE with GroupNorm (best lr "
             "each; the paper: comparable)",
             bn_close,
             long,
+            grid=True,
         ),
         Claim(
             "α=0.1: TCE (GN) keeps more learning rates within 3 points of its best than FedAvg",
             robust,
             long,
+            grid=True,
         ),
         Claim(
             "TCE's gain over FedAvg (best lr each, GN) is larger at α=0.01 than at α=0.1 (Fig. 3a)",
-            lambda v: lt(gain(v, "α=0.1"), gain(v, "α=0.01")),
+            lambda v: lt(gain(v, "α=0.1"), gain(v, "α=0.01"), "final", "gain at α=0.01 > α=0.1"),
             long,
+            grid=True,
         ),
     ]
     bn = (
@@ -184,8 +198,8 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     )
     claims += [
         Claim(
-            f"{s}: with BatchNorm, TCE beats FedAvg at most learning rates (FedAvg degrades "
-            "with BN on heterogeneous clients; TCE is robust to it, §4)",
+            f"{s}: with BatchNorm, TCE beats FedAvg by at least 1 point at most learning rates "
+            "(FedAvg degrades with BN on heterogeneous clients; TCE is robust to it, §4)",
             lambda v, s=s: most_lrs(v, s, "BN"),
             bn,
         )
@@ -209,6 +223,13 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
         claims=claims,
         reasons=reasons,
         sweep=Sweep("lr", log=True),
+        tuning_note=(
+            "The learning rate is the table's own sweep (at small, 4 of the paper's 9 values); "
+            "there is no other hyper-parameter. A claim on a variant's best learning rate needs "
+            "that best inside the grid, not at its edge."
+        ),
+        # the table's end-of-training claims compare trained models only
+        floors=dict.fromkeys(settings, paper_floor(0.739, "lowest converged accuracy at α=0.1")),
     )
 
 
@@ -220,4 +241,5 @@ PRESETS.add(
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
     estimate="about 55 min (1 seed, --jobs 2)",
+    paper="TCE (Legate et al., 2023)",
 )

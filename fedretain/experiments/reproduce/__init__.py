@@ -31,7 +31,7 @@ from pathlib import Path
 
 from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES
-from fedretain.experiments.reproduce.claims import claims_section, judge, verdict_cell
+from fedretain.experiments.reproduce.claims import claims_section, judge, judge_all
 from fedretain.experiments.reproduce.cluster import RayCluster, cluster_settings, node_paths
 from fedretain.experiments.reproduce.jobs import (
     THREADS,
@@ -91,11 +91,14 @@ def reproduce(
     extra: list[str] | None = None,
     echo: Callable[[str], None] = print,
     cluster: RayCluster | None = None,
+    report_only: bool = False,
 ) -> Reproduced:
     """Run the presets ``names`` (``all``: every preset) at ``scale`` into ``out`` and write
     ``out/report.md``; returns its path and how many runs (of this invocation or an earlier
     one) diverged and failed. ``extra``: KEY=VALUE settings for every run. ``cluster``: the
-    runs go to Ray as tasks instead of ``jobs`` local processes (:mod:`.cluster`)."""
+    runs go to Ray as tasks instead of ``jobs`` local processes (:mod:`.cluster`).
+    ``report_only``: run nothing, rewrite the report from the run folders as they are (a
+    committed report from its committed results)."""
     if scale not in SCALES:
         raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
     if seeds is not None and seeds < 1:
@@ -119,7 +122,14 @@ def reproduce(
         if section.data.missing:
             echo(f"{name}: not run: {section.data.missing}")
         sections.append(section)
-    errors = run_jobs([j for s in sections for j in s.jobs], jobs, echo, cluster)
+    todo = [j for s in sections for j in s.jobs]
+    if report_only:
+        waiting = sum(j.state in ("fresh", "resume") for j in todo)
+        if waiting:
+            echo(f"--report-only: {waiting} run(s) not finished are reported as such")
+        errors: dict[Path, str] = {}
+    else:
+        errors = run_jobs(todo, jobs, echo, cluster)
     report, counts = write_reports(sections, errors, out)
     echo(f"report written to {report}")
     done = Reproduced(report, counts["diverged"], counts["failed"])
@@ -158,6 +168,7 @@ __all__ = [
     "fmt",
     "job_state",
     "judge",
+    "judge_all",
     "list_presets",
     "machine",
     "outcomes_of",
@@ -167,6 +178,5 @@ __all__ = [
     "resolve_data",
     "run_jobs",
     "run_one",
-    "verdict_cell",
     "write_report",
 ]

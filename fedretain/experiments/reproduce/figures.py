@@ -24,10 +24,11 @@ from fedretain.experiments.reproduce.results import (
     curve_gap,
     mean_curve,
     mean_rows,
+    spread,
 )
 from fedretain.files import save_figure
 
-Points = list[tuple[float, float]]
+Points = list[tuple[float, ...]]  # (x, y) or (x, y, the spread over the seeds)
 
 # a sweep's series "acts" once its accuracy curve sits this far from the baseline's, on average
 # over the evaluated rounds and seeds (the largest gap at one round measures chaos instead:
@@ -46,13 +47,18 @@ def plot_lines(
     log: bool = False,
     hlines: list[tuple[str, float]] | None = None,
 ) -> None:
-    """Lines of (x, y) points, one per label; ``hlines``: labelled horizontal lines."""
+    """Lines of (x, y) points, one per label, each with a band of ± its points' third value
+    where they have one (the spread over the seeds); ``hlines``: labelled horizontal
+    lines."""
     from fedretain.experiments import plots  # matplotlib on the Agg backend
 
     fig, ax = plots.plt.subplots(figsize=(6.4, 4.2))
     for i, (name, points) in enumerate(series):
         style = plots.style(i, len(points))
-        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, **style)
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        ax.plot(xs, ys, label=name, **style)
+        if points and len(points[0]) > 2:
+            plots.band(ax, xs, ys, [p[2] for p in points], style["color"])
     for name, y in hlines or []:
         ax.axhline(y, linestyle="--", color="grey", label=name)
     if log:
@@ -245,7 +251,11 @@ def sweep_setting(plan: Plan, results: Results, setting: str, folder: Path) -> l
         lines.append("")
     points = []
     for s in series:
-        pts = [(x, v) for x in xs if (v := final.get((s, x))) is not None]
+        pts = [
+            (x, v, seed_spread(results, setting, by[s, x]))
+            for x in xs
+            if (v := final.get((s, x))) is not None
+        ]
         if pts:
             points.append((s, pts))
     if points:
@@ -254,12 +264,18 @@ def sweep_setting(plan: Plan, results: Results, setting: str, folder: Path) -> l
             folder / f"sweep-{slug(setting)}.png",
             f"final accuracy against {sweep.key}, {setting}",
             xlabel=sweep.key,
-            ylabel="final test accuracy (mean over seeds)",
+            ylabel="final test accuracy (mean over seeds, band: ± sd)",
             title=setting,
             log=sweep.log,
             hlines=hlines,
         )
     return lines
+
+
+def seed_spread(results: Results, setting: str, method: str) -> float:
+    """The standard deviation of ``method``'s final accuracy over its seeds (0 with one)."""
+    values = [x for x in results.per_seed(setting, method, "final") if x is not None]
+    return spread(values)
 
 
 def acts_line(plan: Plan, series: str, acts: float | None) -> str:

@@ -62,6 +62,7 @@ class Section:
     folder: Path
     jobs: list[Job]
     command: str
+    scale: str = "small"
 
 
 # ------------------------------------------------------------------------------- planning
@@ -209,7 +210,7 @@ def plan_section(
         state = "missing" if data.missing else state
         jobs.append(Job(name, spec, args, run_folder, state))
     command = command_line(name, out / name if several else out, scale, n, data_dirs, extra)
-    return Section(name, plan, data, folder, jobs, command)
+    return Section(name, plan, data, folder, jobs, command, scale)
 
 
 # ---------------------------------------------------------------------- status.json, CPU

@@ -8,14 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedretain.experiments.presets import INF
+from fedretain.experiments.presets import INF, NO_GUARANTEE
 
 LABELS = {
     "avg_acc": "average accuracy",
     "forgetting": "average forgetting",
     "bwt": "backward transfer",
     "final": "final acc",
-    "top": "top acc",
+    "last": "last acc",
+    "top": "top acc (test max)",
     "R_0.5": "R_0.5",
     "R_0.9": "R_0.9",
     "R_1": "R_1.0",
@@ -28,7 +29,12 @@ LABELS = {
     "ssim": "attack SSIM",
     "sigma": "σ*",
     "epsilon": "ε",
+    "psnr_random": "random-image PSNR (dB)",
+    "psnr_mean": "mean-image PSNR (dB)",
 }
+# measures no mean over the seeds may be taken of: each seed's σ* is its own (a mean ε over
+# different σ means nothing), shown seed by seed
+PER_SEED = ("sigma", "epsilon")
 
 
 def label(metric: str) -> str:
@@ -46,8 +52,12 @@ def fmt(value: Any, metric: str) -> str:
         return f"{value:g}" if value == int(value) else f"{value:.1f}"
     if metric.startswith("MB") or metric == "wall_s":
         return f"{value:.1f}"
-    if metric in ("psnr", "sigma", "epsilon"):
-        return f"{value:.2f}" if metric == "psnr" else f"{value:.3g}"
+    if metric in ("psnr", "psnr_random", "psnr_mean"):
+        return f"{value:.2f}"
+    if metric == "epsilon" and value > NO_GUARANTEE:
+        return f"{value:.3g} (no meaningful guarantee)"
+    if metric in ("sigma", "epsilon"):
+        return f"{value:.3g}"
     return f"{value:.4f}"
 
 
@@ -61,6 +71,8 @@ def cell(values: list[float | None], metric: str, notes: list[str] | None = None
     if len(values) == 1:
         return seen[0]
     shown = ", ".join(seen)
+    if metric in PER_SEED:
+        return "-" if all(v is None for v in values) else f"per seed: {shown}"
     if any(notes) or any(v is None or v == INF for v in values):
         return f"- ({shown})"
     mean, std = statistics.fmean(values), statistics.stdev(values)  # type: ignore[arg-type]

@@ -25,7 +25,8 @@ from fedretain.experiments.reproduce.results import (
     round_lines,
     series_of,
 )
-from fedretain.files import atomic_write_text
+from fedretain.files import atomic_write_text, write_json
+from fedretain.metrics.accuracy import evaluations, tail_count
 
 
 def write_reports(
@@ -70,19 +71,55 @@ def write_report(section: Section, errors: dict[Path, str]) -> tuple[str, dict[s
     lines += runs_lines(plan, results, counts)
     lines += machine_lines(results)
     lines += results_tables(plan, results, folder)
+    lines += settings_section(plan, results)
+    lines += tuning_section(plan, results)
     if plan.paragraph and counts["finished"]:
         lines += ["## Summary", "", plan.paragraph(results.view(None), plan), ""]
     lines += extra_plots(plan, results, folder)
     lines += coverage_section(plan, results)
     if plan.sweep:
         lines += sweep_section(plan, results, folder)
-    lines += claims_section(plan, results, data)
+    if plan.claims:
+        claims, records = claims_section(plan, results, data)
+        lines += claims
     lines += failures_section(section, results, errors)
     lines += ["## Every run", "", "<details><summary>The command of each run</summary>", ""]
     lines += ["```bash", *(job_command(j) for j in section.jobs), "```", "", "</details>", ""]
     text = "\n".join(lines)
     atomic_write_text(folder / "report.md", text)
+    if plan.claims:
+        write_json(folder / CLAIMS_FILE, claims_record(section, results, records))
+    if plan.choices is not None and counts["finished"]:
+        write_json(folder / CHOICES_FILE, plan.choices(results.view(None), plan))
     return text, counts
+
+
+CLAIMS_FILE = "claims.json"  # each claim's verdict, for the claims ledger (docs/claims.md)
+CHOICES_FILE = "choices.json"  # a tuning preset's choices (fedretain.experiments.tuning)
+
+
+def claims_record(
+    section: Section, results: Results, claims: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What ``claims.json`` holds: the preset, its paper, scale, seeds and data, and each
+    claim's verdict (:func:`~fedretain.experiments.reproduce.claims.claims_section`)."""
+    from fedretain.experiments.presets import PRESETS
+
+    data = section.data
+    paper = PRESETS.get(section.name).meta.get("paper", "")
+    used = data.name if not data.missing else "none (missing)"
+    if data.name != data.paper and not data.missing:
+        used = f"{data.name} (stands in for {data.paper})"
+    return {
+        "preset": section.name,
+        "title": section.plan.title,
+        "paper": paper,
+        "source": section.plan.source,
+        "scale": section.scale,
+        "seeds": len(results.seeds),
+        "data": used,
+        "claims": [{**c, "paper": c.get("paper") or paper} for c in claims],
+    }
 
 
 def heading_lines(section: Section, results: Results) -> list[str]:
@@ -107,6 +144,8 @@ def heading_lines(section: Section, results: Results) -> list[str]:
     if plan.reasons:
         lines += ["What differs from the paper here:", ""]
         lines += [f"- {r}" for r in plan.reasons] + [""]
+    if plan.left_out:
+        lines += [f"Baselines of the paper's table left out: {plan.left_out}", ""]
     return lines
 
 
@@ -176,6 +215,7 @@ def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
             methods = round_lines(plan, results, setting)
             lines += curves_figure(results, setting, methods, "round", path, alt)
     lines += target_notes(plan)
+    lines += metric_notes(plan, results)
     lines += [line for note in plan.notes for line in (note, "")]
     if plan.reference and any(m.startswith("R_") for m in plan.metrics):
         lines += [
@@ -186,12 +226,23 @@ def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
     return lines
 
 
+def columns(metrics: list[str]) -> list[str]:
+    """A table's metrics as shown: the last evaluation beside the final accuracy, and the
+    bytes up and down in every table."""
+    out = []
+    for metric in metrics:
+        out.append(metric)
+        if metric == "final" and "last" not in metrics:
+            out.append("last")
+    return out + [m for m in ("MB_up", "MB_down") if m not in out]
+
+
 def setting_table(plan: Plan, results: Results, setting: str) -> list[str]:
     """One setting's rows: each method's metrics, the paper's beside ours where it has them."""
     methods = plan.methods(setting)
     head, cols = ["method"], []
     keys = {*methods, *(series_of(plan, setting, m) for m in methods)}
-    for metric in plan.metrics_of(setting):
+    for metric in columns(plan.metrics_of(setting)):
         if any(metric in plan.paper.get((setting, m), {}) for m in keys):
             head.append(f"{label(metric)} (paper)")
             cols.append((metric, True))
@@ -210,6 +261,129 @@ def setting_table(plan: Plan, results: Results, setting: str) -> list[str]:
             ]
         )
     return table(head, rows)
+
+
+def metric_notes(plan: Plan, results: Results) -> list[str]:
+    """What the accuracy columns measure (how many evaluations "final" averages)."""
+    shown = {m for s in plan.settings() for m in columns(plan.metrics_of(s))}
+    if "final" not in shown and "top" not in shown:
+        return []
+    counts = sorted({len(evaluations(r.records)) for r in results.runs.values()})
+    tails = ", ".join(f"{tail_count(n)} of {n}" for n in counts) or "none yet"
+    return [
+        "final acc: the mean test accuracy over the last 10 % of the evaluations (here the "
+        f"last {tails}), so that one evaluation of a swinging curve does not decide it; last "
+        "acc: the last evaluation; top acc: the highest test accuracy of any evaluation, picked "
+        "on the test set itself (an optimistic measure). MB up and down: the bytes each run "
+        "sent and received in all.",
+        "",
+    ]
+
+
+def settings_section(plan: Plan, results: Results) -> list[str]:
+    """Per setting, the keys the plan sets per method (and the learning rate), with the
+    values each method's first finished run ran with (its ``config.toml``): what each method
+    ran with, whatever the plan meant or the command line added."""
+    import tomllib
+
+    lines = []
+    for setting in plan.settings():
+        configs = {}
+        for method in plan.methods(setting):
+            runs = results.runs_of(setting, method)
+            if runs and (runs[0].path / "config.toml").is_file():
+                configs[method] = flat(tomllib.loads((runs[0].path / "config.toml").read_text()))
+        if len(configs) < 2 or plan.sweep:
+            continue
+        own = [k for r in plan.runs if r.setting == setting for k in r.overrides]
+        keys = ["lr", *dict.fromkeys(k for k in own if k not in UNSHOWN and k != "lr")]
+        rows = [[m, *(shown(c.get(k)) for k in keys)] for m, c in configs.items()]
+        head = f"### Settings of each method: {setting}" if len(plan.settings()) > 1 else ""
+        lines += [head, ""] if head else []
+        lines += [*table(["method", *keys], rows), ""]
+    if lines:
+        lines = [
+            "## Settings of each method",
+            "",
+            "The keys set per method, and the learning rate, as each method's runs ran with "
+            "them (their config.toml).",
+            "",
+            *lines,
+        ]
+    return lines
+
+
+UNSHOWN = {"name", "seed", "threads", "device", "data_dir", "deterministic"}
+
+
+def flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config.toml's keys as ``KEY=VALUE`` arguments name them (``algo.mu``, ``model``)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            for k, v in value.items():
+                out[key if k == "name" else f"{key}.{k}"] = v
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if value != "" else '""'
+
+
+def tuning_section(plan: Plan, results: Results) -> list[str]:
+    """How the methods' learning rates and hyper-parameters were chosen: the tuning's choices,
+    their grids and every point's validation score, or why they were not tuned; and where a
+    run did not run with its method's choice (a KEY=VALUE on the command line overrode it)."""
+    import tomllib
+
+    if not plan.tuning and not plan.tuning_note:
+        return []
+    lines = ["## Tuning", ""]
+    if plan.tuning_note:
+        lines += [plan.tuning_note, ""]
+    if not plan.tuning:
+        return lines
+    overridden = []
+    for t in plan.tuning:
+        settings = [t.setting] if t.setting else plan.settings()
+        for setting in settings:
+            for run in results.runs_of(setting, t.runs_as())[:1]:
+                ran = flat(tomllib.loads((run.path / "config.toml").read_text()))
+                overridden += [
+                    f"{t.runs_as()} {k}={ran.get(k)} (chosen: {x:g})"
+                    for k, x in t.chosen.items()
+                    if k in ran and ran[k] != x
+                ]
+    if overridden:
+        lines += [
+            "**The runs did not run with the tuned values**: "
+            + "; ".join(dict.fromkeys(overridden))
+            + " (the command's KEY=VALUE settings override them).",
+            "",
+        ]
+    rows = []
+    for t in plan.tuning:
+        grid = "; ".join(f"{k} in {{{', '.join(f'{x:g}' for x in v)}}}" for k, v in t.grid.items())
+        chosen = ", ".join(f"{k}={x:g}" for k, x in t.chosen.items())
+        edge = ", ".join(t.edge) if t.edge else ""
+        rows.append([t.method, grid, chosen, edge])
+    lines += [*table(["method", "grid", "chosen", "at a grid edge"], rows), ""]
+    lines += ["<details><summary>Every point's validation score</summary>", ""]
+    for t in plan.tuning:
+        scored = [
+            ", ".join(f"{k}={v:g}" for k, v in p.items() if k != "score")
+            + (f": {p['score']:.4f}" if p.get("score") is not None else ": -")
+            for p in t.points
+        ]
+        lines += [f"- {t.method}: " + "; ".join(scored)]
+    lines += ["", "</details>", ""]
+    return lines
 
 
 def target_notes(plan: Plan) -> list[str]:

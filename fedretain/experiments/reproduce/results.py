@@ -24,7 +24,7 @@ from fedretain.experiments.privacy import table_rows
 from fedretain.experiments.report import RunResult, load_run
 from fedretain.experiments.reproduce.jobs import Job, Section, read_status
 from fedretain.files import read_json, read_jsonl
-from fedretain.metrics.accuracy import r_a, rounds_to
+from fedretain.metrics.accuracy import final_accuracy, r_a, rounds_to
 
 Records = list[dict[str, Any]]
 
@@ -104,13 +104,20 @@ def study_rows(folder: Path) -> dict[str, RunResult]:
     if not (folder / "privacy.json").is_file():
         return {}
     result = read_json(folder / "privacy.json")
+    base = result.get("baselines") or {}
     rows = {}
     for row, (run_name, attack) in table_rows(result).items():
         with suppress(DataError):
             run = load_run(folder / "runs" / run_name)
             scores = result["attacks"].get(attack, {})
-            sigma = result["sigma_matched"] if "dpsgd" in run_name else None
-            run.summary["attack"] = {**scores, "sigma": sigma}
+            dp = "dpsgd" in run_name
+            run.summary["attack"] = {
+                **scores,
+                "sigma": result["sigma_matched"] if dp else None,
+                "matched": result.get("matched") if dp else None,
+                "psnr_random": base.get("random"),
+                "psnr_mean": base.get("mean_image"),
+            }
             rows[row] = run
     return rows
 
@@ -149,7 +156,9 @@ class Results:
         if run is None:
             return None
         s = run.summary
-        if metric == "final":
+        if metric == "final":  # the mean over the last 10 % of the evaluations
+            return final_accuracy(run.records)
+        if metric == "last":
             return s["final_accuracy"]
         if metric == "top":
             return s["top_accuracy"]
@@ -157,7 +166,7 @@ class Results:
             ref = self.run(spec.setting, self.plan.reference, spec.seed)
             if ref is None:
                 return None
-            reached = r_a(run.records, ref.summary["final_accuracy"], float(metric[2:]))
+            reached = r_a(run.records, final_accuracy(ref.records), float(metric[2:]))
             return INF if reached is None else reached
         if metric.startswith("to:"):
             target = self.plan.target(metric[3:], spec.setting)
@@ -173,7 +182,7 @@ class Results:
             return s.get(CONTINUAL[metric])
         if metric == "wall_s":
             return s.get("wall_seconds")
-        if metric in ("psnr", "ssim", "sigma"):  # a privacy study's row: its attack
+        if metric in ("psnr", "ssim", "sigma", "psnr_random", "psnr_mean"):  # a study's row
             return (s.get("attack") or {}).get(metric)
         if metric == "epsilon":
             return (s.get("privacy") or {}).get("epsilon")
@@ -211,6 +220,19 @@ class Results:
         found = ((seed, self.outcomes.get((setting, method, seed))) for seed in self.seeds)
         return [(seed, o) for seed, o in found if o is not None and o.state != "finished"]
 
+    def exhausted(self, setting: str, method: str) -> str:
+        """Why ``method``'s result sits at the edge of a grid on some seed ("" where not): a
+        privacy study whose noise grid never brought the attack down to the target's."""
+        for seed in self.seeds:
+            run = self.run(setting, method, seed)
+            attack = (run.summary.get("attack") or {}) if run is not None else {}
+            if attack.get("matched") is False:
+                return (
+                    f"{method}'s σ* on seed {seed} is the top of the noise grid "
+                    f"({attack.get('sigma'):g}) and never matched the target's PSNR"
+                )
+        return ""
+
     def stopped(self, setting: str, method: str) -> list[tuple[str, Records]]:
         """The records of ``method``'s diverged seeds, each labelled with where it stopped."""
         return [
@@ -226,12 +248,12 @@ class Results:
 class View:
     """One seed's values (``seed``), or the means over the seeds (``None``): what a claim
     checks. A mean is None when a seed has no result (not run, failed or diverged).
-    ``read``: the (setting, method) pairs asked for so far."""
+    ``read``: the (setting, method, metric) asked for so far."""
 
     def __init__(self, results: Results, seed: int | None) -> None:
         self.results = results
         self.seed = seed
-        self.read: dict[tuple[str, str], None] = {}
+        self.read: dict[tuple[str, str, str], None] = {}
 
     def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
         """The values the mean is taken over, aligned by seed (one value for one seed)."""
@@ -240,7 +262,7 @@ class View:
         return self.results.per_seed(setting, method, metric)
 
     def get(self, setting: str, method: str, metric: str) -> float | None:
-        self.read[setting, method] = None
+        self.read[setting, method, metric] = None
         if self.seed is not None:
             return self.results.at(setting, method, self.seed, metric)
         values = self.results.per_seed(setting, method, metric)
@@ -274,8 +296,9 @@ def round_lines(plan: Plan, results: Results, setting: str) -> list[str]:
 
 
 def mean_curve(results: Results, setting: str, method: str) -> Records:
-    """The accuracy and bytes per evaluated round, averaged over the seeds that finished (a
-    diverged seed is drawn on its own: :meth:`Results.stopped`)."""
+    """The accuracy (and its standard deviation over the seeds, ``test_accuracy_std``) and
+    bytes per evaluated round, averaged over the seeds that finished (a diverged seed is drawn
+    on its own: :meth:`Results.stopped`)."""
     runs = results.runs_of(setting, method)
     if not runs:
         return []
@@ -287,6 +310,7 @@ def mean_curve(results: Results, setting: str, method: str) -> Records:
             {
                 "round": rnd,
                 "test_accuracy": statistics.fmean(x["test_accuracy"] for x in recs),
+                "test_accuracy_std": spread([x["test_accuracy"] for x in recs]),
                 "bytes_up": statistics.fmean(x["bytes_up"] for x in recs),
                 "bytes_down": statistics.fmean(x["bytes_down"] for x in recs),
             }
@@ -294,11 +318,16 @@ def mean_curve(results: Results, setting: str, method: str) -> Records:
     return out
 
 
+def spread(values: list[float]) -> float:
+    """The standard deviation over the seeds (0 with one)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def mean_rows(
     results: Results, setting: str, method: str, file: str, key: str
-) -> list[tuple[float, float]]:
-    """``key`` of each round of the runs' ``file`` (a JSON-lines diagnostic), mean over the
-    seeds that wrote it."""
+) -> list[tuple[float, float, float]]:
+    """``key`` of each round of the runs' ``file`` (a JSON-lines diagnostic): the mean over
+    the seeds that wrote it, and their standard deviation."""
     per_round: dict[int, list[float]] = {}
     for run in results.runs_of(setting, method):
         path = run.path / file
@@ -307,7 +336,7 @@ def mean_rows(
         for r in read_jsonl(path):
             if r.get(key) is not None:
                 per_round.setdefault(r["round"], []).append(r[key])
-    return [(float(k), statistics.fmean(v)) for k, v in sorted(per_round.items())]
+    return [(float(k), statistics.fmean(v), spread(v)) for k, v in sorted(per_round.items())]
 
 
 def curve_gap(results: Results, setting: str, method: str, baseline: str) -> float | None:

@@ -67,6 +67,7 @@ from fedretain.experiments.presets.plan import (
     seed_values,
     slug,
     standin_reason,
+    tuning_plan,
 )
 from fedretain.experiments.presets.fedreg import (
     CNN_SETTING,
@@ -159,4 +160,5 @@ __all__ = [
     "standin_reason",
     "tce_method",
     "tce_table1",
+    "tuning_plan",
 ]

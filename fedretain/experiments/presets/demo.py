@@ -25,16 +25,15 @@ from fedretain.experiments.presets.plan import (
     runs,
     scale_reasons,
     seed_values,
+    tuning_plan,
 )
 from fedretain.experiments.tuning import (
     TUNING_SEED,
     VAL_FRACTION,
     Criterion,
     Grid,
-    choices,
     grid_points,
     tuned,
-    tuning_paragraph,
     tuning_seeds,
 )
 
@@ -325,29 +324,21 @@ def demo_tune(scale: str, seeds: list[int], data: Data) -> Plan:
     ``presets/tuned.json`` (the demo reads them there). No forgetting diagnostic; the test set
     is evaluated only at the end.
     """
-    from functools import partial
-
     base = {k: x for k, x in demo_base(scale, data).items() if not k.startswith("diagnostics")}
     rounds = base["rounds"]
     base.update(val_fraction=VAL_FRACTION, eval_every=1, checkpoint_every=rounds)
     grids = demo_grids()
-    criterion = Criterion()
-    return Plan(
-        title="Tuning the demo's methods alike on a validation split",
-        source="none: the choice the demo ships (its learning rates and hyper-parameters)",
-        base=base,
-        runs=[
+    return tuning_plan(
+        "Tuning the demo's methods alike on a validation split",
+        "none: the choice the demo ships (its learning rates and hyper-parameters)",
+        base,
+        [
             RunSpec(DEMO_SETTING, g.label(p), seed, {**g.overrides, **p, "seed": seed}, g.method)
             for g, p, seed in grid_points(grids, tuning_seeds(seeds))
         ],
-        metrics=["final", "wall_s"],
-        reasons=scale_reasons(scale),
-        paragraph=partial(tuning_paragraph, grids, criterion),
-        choices=lambda v, plan: choices(grids, criterion, v, plan.settings()),
-        notes=[
-            "The table's accuracy is the test set's, shown only; the choice reads the "
-            "validation split (the summary)."
-        ],
+        grids,
+        Criterion(),
+        scale_reasons(scale),
     )
 
 

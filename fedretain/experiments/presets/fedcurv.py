@@ -25,16 +25,15 @@ from fedretain.experiments.presets.plan import (
     pick,
     runs,
     scale_reasons,
+    tuning_plan,
 )
 from fedretain.experiments.tuning import (
     TUNING_SEED,
     VAL_FRACTION,
     Criterion,
     Grid,
-    choices,
     grid_points,
     tuned,
-    tuning_paragraph,
     tuning_seeds,
 )
 
@@ -118,8 +117,6 @@ def fedcurv_tune(scale: str, seeds: list[int], data: Data) -> Plan:
     ties; six values each (:func:`fedcurv_grids`), on the tuning seed
     (:data:`~fedretain.experiments.tuning.TUNING_SEED`). ``fedcurv-table1`` runs FedProx at
     the chosen μ and reads FedCurv at the chosen λ from its sweep."""
-    from functools import partial
-
     base, settings, targets, _ = fedcurv_setup(scale, data)
     base.update(val_fraction=VAL_FRACTION, checkpoint_every=base["rounds"])
     grids = fedcurv_grids()
@@ -129,21 +126,16 @@ def fedcurv_tune(scale: str, seeds: list[int], data: Data) -> Plan:
         for setting, keys in settings.items()
         for g, p, seed in grid_points(grids, tuning_seeds(seeds))
     ]
-    return Plan(
-        title="Tuning FedCurv's λ and FedProx's μ for FedCurv Table 1 on a validation split",
-        source="none: the choice fedcurv-table1 ships",
-        base=base,
-        runs=specs,
-        metrics=["final", "wall_s"],
-        reasons=scale_reasons(
+    return tuning_plan(
+        "Tuning FedCurv's λ and FedProx's μ for FedCurv Table 1 on a validation split",
+        "none: the choice fedcurv-table1 ships",
+        base,
+        specs,
+        grids,
+        criterion,
+        scale_reasons(
             scale, small="scale=small: the MLP, 60 rounds, E=10 and E=50 run 2 and 10 epochs"
         ),
-        paragraph=partial(tuning_paragraph, grids, criterion),
-        choices=lambda v, plan: choices(grids, criterion, v, plan.settings()),
-        notes=[
-            "The table's accuracy is the test set's, shown only; the choice reads the "
-            "validation split (the summary)."
-        ],
     )
 
 

@@ -407,6 +407,38 @@ def paper_floor(accuracy: float, what: str) -> tuple[float, str]:
     )
 
 
+def tuning_plan(
+    title: str,
+    source: str,
+    base: dict[str, Any],
+    specs: list[RunSpec],
+    grids: list[Any],
+    criterion: Any,
+    reasons: list[str],
+) -> Plan:
+    """A tuning study's plan (:mod:`fedretain.experiments.tuning`): its runs, every point's
+    validation score in the summary, the choices written beside the report (``choices.json``);
+    the table's accuracy is the test set's, shown only."""
+    from functools import partial
+
+    from fedretain.experiments.tuning import choices, tuning_paragraph
+
+    return Plan(
+        title=title,
+        source=source,
+        base=base,
+        runs=specs,
+        metrics=["final", "wall_s"],
+        reasons=reasons,
+        paragraph=partial(tuning_paragraph, grids, criterion),
+        choices=lambda v, plan: choices(grids, criterion, v, plan.settings()),
+        notes=[
+            "The table's accuracy is the test set's, shown only; the choice reads the "
+            "validation split (the summary)."
+        ],
+    )
+
+
 def data_keys(data: Data) -> dict[str, Any]:
     """The config keys of ``data``: its dataset, and its folder where one was given."""
     return {"dataset": data.name, **({"data_dir": data.data_dir} if data.data_dir else {})}

@@ -33,6 +33,7 @@ the QR factor, :func:`project` resolves columns at an angle ``θ`` from (anti)pa
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import torch
@@ -346,6 +347,11 @@ def _project_small(p_flat: Tensor, M: Tensor) -> Tensor:
         Mc = M[i : i + _SMALL_CHUNK].to(torch.float64)
         G = G + Mc.T @ Mc
         b = b + Mc.T @ p_flat[i : i + _SMALL_CHUNK].to(torch.float64)
+    # a diverged step (NaN or Inf in p or M) solves a harmless system and returns NaN, so that
+    # the round's divergence check sees it (eigh would raise on a non-finite matrix)
+    ok = torch.isfinite(G).all() & torch.isfinite(b).all()
+    G = torch.where(ok, G, torch.eye(C, dtype=torch.float64, device=M.device))
+    b = torch.where(ok, b, torch.zeros_like(b))
     norms = torch.sqrt(torch.clamp(torch.diagonal(G), min=0.0))
     live = norms > _TINY
     inv_s = torch.where(live, 1.0 / torch.where(live, norms, torch.ones_like(norms)), 0.0)
@@ -375,6 +381,7 @@ def _project_small(p_flat: Tensor, M: Tensor) -> Tensor:
     best = torch.argmin(rank)
     onehot = (torch.arange(K, device=p_flat.device) == best).to(torch.float64)
     z_best = (onehot.unsqueeze(1) * z).sum(dim=0) * scale * inv_s
+    z_best = torch.where(ok, z_best, torch.full_like(z_best, math.nan))
     pieces = [
         (
             p_flat[i : i + _SMALL_CHUNK].to(torch.float64)

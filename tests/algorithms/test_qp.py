@@ -8,6 +8,8 @@ which by convexity proves optimality on their own.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -376,3 +378,19 @@ def test_project_tree_rejects_mismatched_columns():
         project_tree(p, [{"conv": as_list[0]["conv"], "fc": torch.zeros(7)}])
     with pytest.raises(ValueError):
         project_tree(p, {"conv": stacked["conv"], "fc": torch.zeros(2, 6)})
+
+
+@pytest.mark.parametrize("where", ["p", "M"])
+def test_a_diverged_step_gives_nan_for_the_divergence_check_not_an_error(where):
+    """NaN or Inf in the gradient or the memory (a step at too large a learning rate) comes back
+    as NaN, which the round's divergence check reports, instead of eigh failing on it; also
+    under vmap."""
+    rng = np.random.default_rng(0)
+    p = torch.tensor(rng.normal(size=20))
+    M = torch.tensor(rng.normal(size=(20, 3)))
+    (p if where == "p" else M)[3] = math.inf
+    assert torch.isnan(project_small(p, M)).all()
+    batch = torch.stack([p, torch.tensor(rng.normal(size=20))])
+    out = torch.vmap(project_small, in_dims=(0, None))(batch, M)
+    assert torch.isnan(out[0]).all()
+    assert torch.isfinite(out[1]).all() == (where == "p")

@@ -58,8 +58,10 @@ DEMO_METHODS: dict[str, dict[str, Any]] = {
 # label set)
 DEMO_LRS = (0.01, 0.03, 0.1, 0.3, 1.0)
 DEMO_GRIDS: dict[str, tuple[str, tuple[float, ...], tuple[float, float]]] = {
-    "FedProx": ("algo.mu", (0.001, 0.01, 0.1, 1.0), (0.0, math.inf)),
-    "FedCurv": ("algo.lambda", (1e-3, 1e-2, 1e-1, 1.0), (0.0, math.inf)),
+    # moved where a first grid's choice sat at its edge: FedProx's μ down to 0 (FedAvg's
+    # clients), FedCurv's λ up to 10
+    "FedProx": ("algo.mu", (0.0, 0.001, 0.01, 0.1), (0.0, math.inf)),
+    "FedCurv": ("algo.lambda", (1e-2, 1e-1, 1.0, 10.0), (0.0, math.inf)),
     "FedReg": ("algo.gamma", (0.25, 0.5, 0.75, 1.0), (0.0, 1.0)),
     "GradMA": ("algo.beta1", (0.3, 0.6, 0.9, 0.97), (0.0, 1.0)),
     "FedAdam": ("server_opt.lr", (0.003, 0.01, 0.03, 0.1), (0.0, math.inf)),

@@ -226,7 +226,8 @@ def tuning_paragraph(
         "Each point is scored on the validation split (the clients' held-out "
         f"{100 * VAL_FRACTION:g} % of their training data) by {criterion.describe()}; mean "
         "over the tuning seeds, each seed's value in brackets; the chosen point in bold. The "
-        "test set plays no part.",
+        "test set plays no part. One tuning seed does not tell apart points within about a "
+        "point of each other: the choice among those is as good as any of them.",
     ]
     for s in settings:
         scores = scores_of(v, s, grids, criterion)
@@ -241,7 +242,7 @@ def tuning_paragraph(
                     f"{criterion.shown(statistics.fmean(got))} "
                     f"({', '.join(criterion.shown(x) for x in got)})"
                     if got
-                    else "- (no finished run)"
+                    else "- (no result: diverged or failed)"
                 )
                 if point == chosen[g.method]:
                     what, text = f"**{what}**", f"**{text}**"

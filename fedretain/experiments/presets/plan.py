@@ -430,6 +430,7 @@ def tuning_plan(
         runs=specs,
         metrics=["final", "wall_s"],
         reasons=reasons,
+        plots=(),  # a curve per grid point would crowd one axis: the scores are the result
         paragraph=partial(tuning_paragraph, grids, criterion),
         choices=lambda v, plan: choices(grids, criterion, v, plan.settings()),
         notes=[

@@ -306,6 +306,9 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
     with replayed([outcome(c, b) for c, b in compared]):
         result = claim.check(mean)
     base.compared = compared
+    decisive = [(c, b) for c, b in compared if outcome(c, b) is result]
+    if result is not None and not decisive:  # the check's own logic, not a comparison, decided
+        result = None
     if result is None:
         opened = [(c, b) for c, b in compared if outcome(c, b) is None]
         needed = [b.seeds for _, b in opened]
@@ -315,7 +318,9 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
             f"within the seeds' spread (on the means it {lean}; held on {base.agreeing()} "
             f"seeds; {detail})"
         )
-        if any(n is None for n in needed):
+        if any(b.n < len(seeds) for _, b in opened):
+            base.decide = "a value on every seed (some seeds' comparisons do not pair up)"
+        elif any(n is None for n in needed):
             base.decide = (
                 f"more than {MOST_SEEDS} seeds at this gap and spread: a larger gap or a "
                 "sturdier measure"
@@ -323,7 +328,6 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
         else:
             base.decide = f"about {max(needed)} seeds at this gap and spread (now {len(seeds)})"
         return base
-    decisive = [(c, b) for c, b in compared if outcome(c, b) is result]
     if result:
         c, b = max(decisive, key=lambda cb: cb[1].p or 0.0)
         base.verdict, base.p = HELD, max(b.p or 0.0 for _, b in decisive)

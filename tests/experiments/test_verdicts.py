@@ -249,11 +249,19 @@ def test_a_best_point_at_the_edge_of_its_grid_decides_nothing():
     assert j.verdict == "undecided" and "A's lr=1 was chosen at the edge" in j.why
 
 
-def test_a_run_without_a_result_leaves_its_claims_undecided():
-    plan = plan_of(["A", "B"])
-    finals = {("s", "A"): [0.8, None, 0.8], ("s", "B"): [0.5] * 3}
+def test_a_run_without_a_result_leaves_undecided_only_what_rests_on_it():
+    plan = plan_of(["A", "B", "C"])
+    finals = {("s", "A"): [0.8, None, 0.8], ("s", "B"): [0.5] * 3, ("s", "C"): [0.9] * 3}
     j = one(Claim("A above B", higher("s", "A", "B")), plan, finals)
     assert j.verdict == "undecided" and "no result from A diverged" in j.why
+    assert "results from those runs" in j.decide
+    # the two seeds A has do not decide it alone: a diverged seed never drops out
+    assert all(b.n == 2 for _, b in j.compared)
+    # B is not the highest whatever A's missing seed gives: C is above it on every seed
+    from fedretain.experiments.presets import highest
+
+    j = one(Claim("B highest", highest("s", "B", ["A", "C"])), plan, finals)
+    assert j.verdict == "did not hold" and "B > C" in j.why
 
 
 def test_the_section_counts_verdicts_and_adds_the_holm_column():

@@ -112,9 +112,10 @@ def compared_text(c: Compared, b: Below) -> str:
     return text
 
 
-def outcome(c: Compared, b: Below) -> bool | None:
-    """What the seeds decided of one comparison, in the claim's terms."""
-    if b.status == OPEN:
+def outcome(c: Compared, b: Below, seeds: int) -> bool | None:
+    """What the seeds decided of one comparison, in the claim's terms (open, None, unless
+    every one of the ``seeds`` has its values: a seed without a result never drops out)."""
+    if b.status == OPEN or b.n < seeds:
         return None
     supported = b.status == SUPPORTED
     return supported if c.want else not supported
@@ -252,11 +253,12 @@ def guard(
     plan: Plan, claim: Claim, results: Results, read: list[tuple[str, str, str]]
 ) -> tuple[str, str]:
     """Why a claim is undecided before any gap is read, and what would decide it ("", "" when
-    nothing stands in the way)."""
-    missing = no_result(results, read)
-    if missing:
-        return missing, "results from those runs (a smaller lr for a diverged one)"
+    nothing stands in the way). A run without a result is not one of them: a claim that fails
+    on the comparisons that have their values did not hold, whatever the missing run gives."""
     if len(results.seeds) < 2:
+        missing = no_result(results, read)
+        if missing:
+            return missing, "results from those runs (a smaller lr for a diverged one)"
         return "one seed: no spread to measure", "3 seeds (`--seeds 3`)"
     chance = at_chance(plan, results, read)
     if chance:
@@ -293,7 +295,8 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
     if why:
         base.why, base.decide = why, decide
         return base
-    if means is None:
+    missing = no_result(results, read)
+    if means is None and not missing:
         base.why = "no side reached its target" if at_means else "a value it needs is missing"
         base.decide = "runs long enough to reach the target"
         return base
@@ -303,14 +306,18 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
         a = [finite(m[i].a, last) if m is not None else None for m in per_seed]
         b = [finite(m[i].b, last) if m is not None else None for m in per_seed]
         compared.append((c, below(a, b, threshold_of(c.metric, plan.thresholds))))
-    with replayed([outcome(c, b) for c, b in compared]):
+    n = len(seeds)
+    with replayed([outcome(c, b, n) for c, b in compared]):
         result = claim.check(mean)
     base.compared = compared
-    decisive = [(c, b) for c, b in compared if outcome(c, b) is result]
+    decisive = [(c, b) for c, b in compared if outcome(c, b, n) is result]
     if result is not None and not decisive:  # the check's own logic, not a comparison, decided
         result = None
+    if result is None and missing:
+        base.why, base.decide = missing, "results from those runs (a smaller lr for a diverged one)"
+        return base
     if result is None:
-        opened = [(c, b) for c, b in compared if outcome(c, b) is None]
+        opened = [(c, b) for c, b in compared if outcome(c, b, n) is None]
         needed = [b.seeds for _, b in opened]
         lean = "holds" if means else "does not hold"
         detail = "; ".join(compared_text(c, b) for c, b in opened[:2])

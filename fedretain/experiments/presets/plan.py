@@ -1,9 +1,11 @@
 """What a preset builds, and the helpers every preset builds it with: :class:`Plan` (its
 runs, each a :class:`RunSpec`, and the paper's claims, each a :class:`Claim`), :class:`Data`,
 :class:`Sweep`, the registry :data:`PRESETS`, the checks a claim is made of (:func:`fewer`,
-:func:`higher`, :func:`highest`, :func:`ranks`, ...), the keys every ``ci`` plan shares
-(:data:`CI`), and the builders of a plan's runs (:func:`runs`, :func:`runs_over`), paper
-numbers (:func:`paper_numbers`) and deviations (:func:`scale_reasons`).
+:func:`higher`, :func:`highest`, :func:`lt`, :func:`ge`, ...) and the ranking of a paragraph
+(:func:`ranking`), the keys every ``ci`` plan shares (:data:`CI`), the builders of a plan's
+runs (:func:`runs`, :func:`runs_over`), of a tuning study's plan (:func:`tuning_plan`),
+paper numbers (:func:`paper_numbers`), floors (:func:`paper_floor`) and deviations
+(:func:`scale_reasons`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES, Data
 from fedretain.experiments.privacy import table_rows
 from fedretain.experiments.reproduce import as_args, preset_names, reproduce, resolve_data
+from fedretain.experiments.reproduce.jobs import plan_section
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
 from fedretain.recipe.config import load_config
@@ -221,7 +222,8 @@ def test_parallel_jobs_report_a_failed_run_and_finish_the_others(tmp_path, capsy
     assert code == 1  # the report is written, but a run failed
     text = (out / "report.md").read_text()
     assert "## Runs that failed" in text and "e-10/fedavg/seed0" in text
-    assert "Runs: 9 of 10 finished" in text
+    runs = len(plan_section("fedcurv-table1", out, "ci", None, [], [], out, False).jobs)
+    assert f"Runs: {runs - 1} of {runs} finished" in text
     captured = capsys.readouterr()
     assert "1 run(s) failed" in captured.out
     assert captured.err.count("\n") == 1 and "1 run(s) failed and 0 diverged" in captured.err
@@ -365,6 +367,12 @@ def test_the_ledger_lists_every_claim_of_every_report_with_counts_per_paper(ci, 
         "| FedReg (Xu et al., ICLR 2022) | 1 |" in counts
         and "| TCE (Legate et al., 2023) | 1 |" in counts
     )
-    assert "`results/demo/report.md`" in page
+    assert "`results/demo/report.md`" in page and "Not counted here" not in page
+    # a report written before the rule (no claims.json) is named as not counted, never read
+    (tmp_path / "results" / "old").mkdir()
+    (tmp_path / "results" / "old" / "report.md").write_text("# An old report: held\n")
+    page = ledger(tmp_path / "results")
+    assert "Not counted here: `results/old/report.md`" in page
+    assert page.count("| all |") == 1 and total in page  # the counts are unchanged
     assert main(["ledger", str(tmp_path / "results"), "--out", str(tmp_path / "claims.md")]) == 0
     assert (tmp_path / "claims.md").read_text() == page

@@ -269,10 +269,11 @@ def metric_notes(plan: Plan, results: Results) -> list[str]:
     if "final" not in shown and "top" not in shown:
         return []
     counts = sorted({len(evaluations(r.records)) for r in results.runs.values()})
-    tails = ", ".join(f"{tail_count(n)} of {n}" for n in counts) or "none yet"
+    tails = ", ".join(f"{tail_count(n)} of {n}" for n in counts)
+    here = f" (here the last {tails})" if tails else ""
     return [
-        "final acc: the mean test accuracy over the last 10 % of the evaluations (here the "
-        f"last {tails}), so that one evaluation of a swinging curve does not decide it; last "
+        "final acc: the mean test accuracy over the last 10 % of the evaluations"
+        f"{here}, so that one evaluation of a swinging curve does not decide it; last "
         "acc: the last evaluation; top acc: the highest test accuracy of any evaluation, picked "
         "on the test set itself (an optimistic measure). MB up and down: the bytes each run "
         "sent and received in all.",

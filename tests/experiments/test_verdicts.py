@@ -264,6 +264,20 @@ def test_a_run_without_a_result_leaves_undecided_only_what_rests_on_it():
     assert j.verdict == "did not hold" and "B > C" in j.why
 
 
+def test_many_runs_without_a_result_are_counted_not_listed_and_are_not_within_the_spread():
+    plan = plan_of(["A", "B"])
+    finals = {("s", "A"): [None] * 3, ("s", "B"): [0.5, None, None]}
+    plan.claims = [Claim("A above B", higher("s", "A", "B"))]
+    j = judge(plan.claims[0], plan, results_of(plan, finals))
+    assert j.verdict == "undecided" and not j.within
+    assert j.why.startswith("no result from 5 runs (5 diverged): B diverged in round 5 (seed 1),")
+    assert j.why.endswith(", ...") and j.why.count("(seed ") == 3
+    assert "a smaller lr for a diverged one" in j.decide
+    lines, _ = claims_section(plan, results_of(plan, finals), Data("x", "", "x"))
+    summary = next(line for line in lines if line.startswith("This report tests 1 claims"))
+    assert "1 undecided (0 within the seeds' spread, 1 for another reason)" in summary
+
+
 def test_the_section_counts_verdicts_and_adds_the_holm_column():
     plan = plan_of(["A", "B", "C"])
     finals = {

@@ -40,11 +40,12 @@ def fedcil_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     16, FedCIL's consolidation 10 steps of 16 (experiments/fedcil_fmnist_cpu.toml); measured
     about 30 s (FedAvg), 3 min (ACGAN replay) and 3.5 min (FedCIL) per seed and setting on 2
     loaded cores: about 30 minutes for 3 seeds and both settings with ``--jobs 2``. ``medium``:
-    the claim at CPU scale, FedAvg, FedAvg+ACGAN and FedCIL only, 5 rounds of 80 iterations per
-    task (4.4x small's training), consolidation 20 steps of 16, the generators' Fréchet
-    distance recorded (``diagnostics=generator_quality``); measured about 1.7 min (FedAvg),
-    9.5 min (FedAvg+ACGAN) and 18 min (FedCIL) per run, two at a time on 2 cores: about 95
-    minutes for 3 seeds and both settings (2026-11-26).
+    the claim at CPU scale, FedAvg, the replay baselines (FedAvg+ACGAN, FedProx+ACGAN,
+    FedAvg+DGR) and FedCIL, 5 rounds of 80 iterations per task (4.4x small's training),
+    consolidation 20 steps of 16, the generators' Fréchet distance recorded
+    (``diagnostics=generator_quality``); measured about 1.7 min (FedAvg), 9.5 min
+    (FedAvg+ACGAN) and 18 min (FedCIL) per run, two at a time on 2 cores (2026-11-26): about
+    3 hours for 3 seeds and both settings with the two replay baselines added (estimated).
     """
     base = {
         **data_keys(data),

@@ -224,9 +224,9 @@ def gradma_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     Dirichlet ω ∈ {1.0, 0.1, 0.01}: FedAvg, FedAvgM, MIFA, MIFAM, GradMA-S, GradMA (every
     server momentum 0.5), top accuracy (Table 1) and rounds to the column's accuracy (Table 2).
 
-    ``small``: experiments/gradma_dirichlet.toml, 200 rounds. Measured on 2 cores with ``--jobs
-    2`` (2026-11-26): 5,320 s of training in all, about 45 minutes for 3 seeds (GradMA's runs take
-    about 200 s each, FedAvg's 35 s; 3 timed rounds per method had estimated 20 minutes).
+    ``small``: experiments/gradma_dirichlet.toml, 200 rounds. Measured with ``--jobs 2``
+    (2026-11-28, the paper's 16 methods, 3 seeds): 18,089 s of training in all, about 2.5 hours
+    on 2 free cores (the committed run took longer: the machine ran other presets beside it).
     """
     settings = {f"ω={w}": {"partition.alpha": w} for w in (1.0, 0.1, 0.01)}
     plan = gradma_plan(
@@ -269,7 +269,7 @@ def gradma_table2(scale: str, seeds: list[int], data: Data) -> Plan:
     (Table 1) and rounds to the column's accuracy (Table 2).
 
     ``small``: 200 rounds. Measured on 2 cores with ``--jobs 2`` (2026-11-26): 4,870 s of
-    training in all, about 40 minutes for 2 seeds (GradMA's runs take 200-280 s each).
+    training in all for 2 seeds (GradMA's runs take 200-280 s each): about an hour for 3.
     """
     settings = {f"S={s}": {"clients_per_round": s} for s in (5, 10, 50)}
     if scale == "ci":
@@ -307,7 +307,7 @@ PRESETS.add(
     dataset="mnist",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 45 min (3 seeds, --jobs 2)",
+    estimate="about 2.5 h (3 seeds, --jobs 2; 18,089 s of training measured 2026-11-28)",
     paper="GradMA (Luo et al., CVPR 2023)",
 )
 PRESETS.add(
@@ -317,6 +317,6 @@ PRESETS.add(
     dataset="mnist",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 40 min (2 seeds, --jobs 2)",
+    estimate="about 1 h (3 seeds, --jobs 2; 4,870 s of training for 2 seeds, measured 2026-11-26)",
     paper="GradMA (Luo et al., CVPR 2023)",
 )

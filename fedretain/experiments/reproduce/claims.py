@@ -21,6 +21,7 @@ for the number of claims the report tests.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,7 @@ class Judged:
     compared: list[tuple[Compared, Below]] = field(default_factory=list)
     p: float | None = None
     read: list[tuple[str, str, str]] = field(default_factory=list)
+    within: bool = False  # undecided because a gap is within the seeds' spread
 
     def agreeing(self) -> str:
         """On how many seeds the claim holds on that seed's values: "2 of 3"."""
@@ -129,16 +131,24 @@ def finite(x: float | None, last: int) -> float | None:
 # ----------------------------------------------------------------------------- the guards
 
 
+SHOWN = 3  # runs without a result named one by one; more are counted by what became of them
+
+
 def no_result(results: Results, read: list[tuple[str, str, str]]) -> str:
     """The runs a claim asked for that have no result: "SCAFFOLD diverged in round 53 (seed
-    1)"."""
+    1)"; beyond :data:`SHOWN` of them, their count by state and the first few."""
     pairs = dict.fromkeys((s, m) for s, m, _ in read)
-    parts = [
-        f"{method} {o.short()} (seed {seed})"
+    found = {
+        f"{method} {o.short()} (seed {seed})": o.state
         for setting, method in pairs
         for seed, o in results.unfinished(setting, method)
-    ]
-    return "no result from " + ", ".join(dict.fromkeys(parts)) if parts else ""
+    }
+    if len(found) <= SHOWN:
+        return "no result from " + ", ".join(found) if found else ""
+    states = Counter(found.values())
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    first = ", ".join(list(found)[:SHOWN])
+    return f"no result from {len(found)} runs ({counts}): {first}, ..."
 
 
 def final_of(results: Results, setting: str, method: str) -> float | None:
@@ -314,13 +324,16 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
     if result is not None and not decisive:  # the check's own logic, not a comparison, decided
         result = None
     if result is None and missing:
-        base.why, base.decide = missing, "results from those runs (a smaller lr for a diverged one)"
+        base.why, base.decide = missing, "results from those runs"
+        if " diverged in round " in missing:
+            base.decide += " (a smaller lr for a diverged one)"
         return base
     if result is None:
         opened = [(c, b) for c, b in compared if outcome(c, b, n) is None]
         needed = [b.seeds for _, b in opened]
         lean = "holds" if means else "does not hold"
         detail = "; ".join(compared_text(c, b) for c, b in opened[:2])
+        base.within = True
         base.why = (
             f"within the seeds' spread (on the means it {lean}; held on {base.agreeing()} "
             f"seeds; {detail})"
@@ -455,7 +468,7 @@ def claims_section(
             }
         )
     counted = counts_of(judged)
-    within = sum(j.verdict == UNDECIDED and bool(j.compared) for j in judged)
+    within = sum(j.within for j in judged)
     lines += [
         "",
         f"This report tests {n} claims: {counted[HELD]} held, {counted[NOT_HELD]} did not "

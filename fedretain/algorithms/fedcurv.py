@@ -40,8 +40,8 @@ parameters), ``du``, ``dv`` (``u``, ``v`` with ``memory = False``), ``buffers`` 
 Client state (``memory = True``): ``u``, ``v``, twice the parameters per client.
 λ: 1e-4 by default (FedReg's MNIST/EMNIST baselines; 1e-5 CIFAR-10, 1e-3 CIFAR-100);
 ``algo.lambda`` on the command line (the factory's keyword is ``lambda_``). On Fashion-MNIST
-with the MLP the penalty is inert below λ = 1e-2 and helps most at 0.1-1 (docs/algorithms.md,
-"FedCurv's λ", from ``fedretain reproduce fedcurv-table1``).
+with the MLP the penalty is inert below λ = 1e-2, helps most at 0.1-1 and diverges at 10
+(docs/algorithms.md, "FedCurv's λ", from ``fedretain reproduce fedcurv-table1``).
 """
 
 from __future__ import annotations

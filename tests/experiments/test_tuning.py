@@ -161,3 +161,24 @@ def test_the_study_picks_the_best_validation_point_even_where_the_test_set_disag
     assert choices["FedAdam"]["edge"]  # every point of a 2 x 2 grid is at its edge
     text = (study / "report.md").read_text()
     assert "**0.9000 (0.9000)**" in text and "The test set plays no part" in text
+
+
+def test_a_report_shows_each_settings_choice_and_puts_the_papers_numbers_on_the_chosen_row():
+    from fedretain.experiments.reproduce import Results
+    from fedretain.experiments.reproduce.report import paper_value, tuning_section
+
+    plan = PRESETS.get("fedcurv-table1").factory("small", [0], DATA)
+    lines = tuning_section(plan, Results(plan, {}))
+    assert "| setting | method | grid | chosen | at a grid edge |" in lines
+    chosen = {t.setting: t for t in plan.tuning if t.method == "FedCurv"}
+    for setting, t in chosen.items():
+        row = f"| {setting} | FedCurv | algo.lambda in {{"
+        assert any(line.startswith(row) for line in lines)
+        scores = next(line for line in lines if line.startswith(f"- {setting}, FedCurv: "))
+        assert " rounds, final " in scores  # rounds to the target, not a raw score
+        # the paper's number (at its tuned λ) sits on our chosen λ's row, on no other
+        lam = t.chosen["algo.lambda"]
+        rows = [s.method for s in plan.runs if s.setting == setting and s.series == "FedCurv"]
+        metric = next(m for m in plan.metrics if m.startswith("to:"))
+        shown = {m: paper_value(plan, Results(plan, {}), setting, m, metric) for m in rows}
+        assert [m for m, v in shown.items() if v is not None] == [f"FedCurv λ={lam:g}"]

@@ -94,6 +94,7 @@ class Tuned:
     edge: list[str] = field(default_factory=list)
     setting: str = ""  # the setting it was chosen for ("": every setting)
     row: str = ""  # the plan's method whose runs use the choice (default: ``method``)
+    target: float | None = None  # the scores count rounds to this validation accuracy
 
     def runs_as(self) -> str:
         return self.row or self.method

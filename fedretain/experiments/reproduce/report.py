@@ -368,21 +368,30 @@ def tuning_section(plan: Plan, results: Results) -> list[str]:
             + " (the command's KEY=VALUE settings override them).",
             "",
         ]
+    from fedretain.experiments.tuning import Criterion
+
+    per_setting = any(t.setting for t in plan.tuning)
     rows = []
     for t in plan.tuning:
         grid = "; ".join(f"{k} in {{{', '.join(f'{x:g}' for x in v)}}}" for k, v in t.grid.items())
         chosen = ", ".join(f"{k}={x:g}" for k, x in t.chosen.items())
         edge = ", ".join(t.edge) if t.edge else ""
-        rows.append([t.method, grid, chosen, edge])
-    lines += [*table(["method", "grid", "chosen", "at a grid edge"], rows), ""]
-    lines += ["<details><summary>Every point's validation score</summary>", ""]
+        rows.append([*([t.setting] if per_setting else []), t.method, grid, chosen, edge])
+    head = ["method", "grid", "chosen", "at a grid edge"]
+    lines += [*table(["setting", *head] if per_setting else head, rows), ""]
+    summary = "Every point's validation score"
+    if any(t.target is not None for t in plan.tuning):
+        summary += " (rounds to the target; one that never reached it shows one after the last)"
+    lines += [f"<details><summary>{summary}</summary>", ""]
     for t in plan.tuning:
+        shown = Criterion(t.target).shown
         scored = [
             ", ".join(f"{k}={v:g}" for k, v in p.items() if k != "score")
-            + (f": {p['score']:.4f}" if p.get("score") is not None else ": -")
+            + (f": {shown(p['score'])}" if p.get("score") is not None else ": no result")
             for p in t.points
         ]
-        lines += [f"- {t.method}: " + "; ".join(scored)]
+        where = f"{t.setting}, " if t.setting else ""
+        lines += [f"- {where}{t.method}: " + "; ".join(scored)]
     lines += ["", "</details>", ""]
     return lines
 
@@ -408,13 +417,23 @@ def target_notes(plan: Plan) -> list[str]:
 
 def paper_value(plan: Plan, results: Results, setting: str, method: str, metric: str) -> Any:
     """The paper's number for a row; a sweep's series without its own row (the paper's tuned
-    value) shows it on the row of our best value (highest mean final accuracy)."""
+    value) shows it on the row of the value chosen on validation (``plan.tuning``), else of
+    our best value (highest mean final accuracy)."""
     own = plan.paper.get((setting, method))
     if own is not None:
         return own.get(metric)
     series = series_of(plan, setting, method)
     theirs = plan.paper.get((setting, series))
-    if theirs is None or method not in round_lines(plan, results, setting):
+    if theirs is None:
+        return None
+    chosen = [
+        t.runs_as()
+        for t in plan.tuning
+        if t.setting in ("", setting) and series_of(plan, setting, t.runs_as()) == series
+    ]
+    if chosen:
+        return theirs.get(metric) if method == chosen[0] else None
+    if method not in round_lines(plan, results, setting):
         return None
     return theirs.get(metric)
 

@@ -278,6 +278,28 @@ def test_many_runs_without_a_result_are_counted_not_listed_and_are_not_within_th
     assert "1 undecided (0 within the seeds' spread, 1 for another reason)" in summary
 
 
+def test_a_claim_whose_missing_runs_were_never_run_is_not_run_yet_not_undecided():
+    plan = plan_of(["A", "B"])
+    finals = {("s", "A"): [0.8, 0.8, 0.8], ("s", "B"): [0.5, 0.5, 0.5]}
+    outcomes = dict(results_of(plan, finals).outcomes)
+    job = outcomes[("s", "B", 1)].job
+    for seed in (1, 2):  # B's last two seeds are still to run
+        outcomes[("s", "B", seed)] = Outcome("not run", job)
+    results = Results(plan, outcomes)
+    plan.claims = [Claim("A above B", higher("s", "A", "B"))]
+    lines, records = claims_section(plan, results, Data("x", "", "x"))
+    assert records[0]["verdict"] == "not run" and "B not run (seed 1)" in records[0]["why"]
+    assert "run the report's command" in records[0]["decide"]
+    summary = next(line for line in lines if line.startswith("This report tests 1 claims"))
+    assert (
+        "0 undecided (0 within the seeds' spread, 0 for another reason), 1 not run yet" in summary
+    )
+    # one of them diverged: something went wrong, and the claim is undecided
+    outcomes[("s", "B", 2)] = Outcome("diverged", job, "NaN", 5)
+    _, records = claims_section(plan, Results(plan, outcomes), Data("x", "", "x"))
+    assert records[0]["verdict"] == "undecided" and "smaller lr" in records[0]["decide"]
+
+
 def test_the_section_counts_verdicts_and_adds_the_holm_column():
     plan = plan_of(["A", "B", "C"])
     finals = {

@@ -42,6 +42,7 @@ from fedretain.metrics.spread import (
 )
 
 HELD, NOT_HELD, UNDECIDED = "held", "did not hold", "undecided"
+NOT_RUN = "not run"  # a run it needs was never run (nor diverged or failed): nothing to judge yet
 AT_CHANCE = 1.5  # a final accuracy at most this many times a guess's is at chance
 END_METRICS = ("final", "last", "top", "avg_acc")  # what an undertrained model cannot settle
 ATTACK = ("psnr", "ssim", "sigma", "epsilon")  # a privacy attack's measures, not the model's
@@ -134,15 +135,21 @@ def finite(x: float | None, last: int) -> float | None:
 SHOWN = 3  # runs without a result named one by one; more are counted by what became of them
 
 
-def no_result(results: Results, read: list[tuple[str, str, str]]) -> str:
-    """The runs a claim asked for that have no result: "SCAFFOLD diverged in round 53 (seed
-    1)"; beyond :data:`SHOWN` of them, their count by state and the first few."""
+def unfinished_of(results: Results, read: list[tuple[str, str, str]]) -> dict[str, str]:
+    """The runs a claim asked for that have no result, each with its state: "SCAFFOLD
+    diverged in round 53 (seed 1)" -> "diverged"."""
     pairs = dict.fromkeys((s, m) for s, m, _ in read)
-    found = {
+    return {
         f"{method} {o.short()} (seed {seed})": o.state
         for setting, method in pairs
         for seed, o in results.unfinished(setting, method)
     }
+
+
+def no_result(results: Results, read: list[tuple[str, str, str]]) -> str:
+    """The runs a claim asked for that have no result: "SCAFFOLD diverged in round 53 (seed
+    1)"; beyond :data:`SHOWN` of them, their count by state and the first few."""
+    found = unfinished_of(results, read)
     if len(found) <= SHOWN:
         return "no result from " + ", ".join(found) if found else ""
     states = Counter(found.values())
@@ -325,7 +332,10 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
         result = None
     if result is None and missing:
         base.why, base.decide = missing, "results from those runs"
-        if " diverged in round " in missing:
+        if set(unfinished_of(results, read).values()) == {"not run"}:
+            base.verdict = NOT_RUN  # nothing went wrong: the runs are still to do
+            base.decide = "run the report's command (its finished runs are skipped)"
+        elif " diverged in round " in missing:
             base.decide += " (a smaller lr for a diverged one)"
         return base
     if result is None:
@@ -403,7 +413,7 @@ def rule_text(plan: Plan, seeds: int) -> str:
 def likely_reason(plan: Plan, claim: Claim, j: Judged) -> str:
     """Why a claim did not hold or stays undecided within the spread: the plan's differences
     from the paper and the claim's own most likely reason."""
-    if j.verdict == HELD or (j.verdict == UNDECIDED and not j.compared):
+    if j.verdict in (HELD, NOT_RUN) or (j.verdict == UNDECIDED and not j.compared):
         return ""
     parts = [claim.why_not] if claim.why_not else []
     if plan.reasons:  # the differences listed above, by their first words
@@ -417,7 +427,7 @@ def cell_of(j: Judged) -> str:
 
 def counts_of(judged: list[Judged]) -> dict[str, int]:
     """How many claims got each verdict."""
-    return {v: sum(j.verdict == v for j in judged) for v in (HELD, NOT_HELD, UNDECIDED)}
+    return {v: sum(j.verdict == v for j in judged) for v in (HELD, NOT_HELD, UNDECIDED, NOT_RUN)}
 
 
 def claims_section(
@@ -441,7 +451,7 @@ def claims_section(
     judged, kept = judge_all(plan, results)
     for i, (claim, j, holds) in enumerate(zip(plan.claims, judged, kept, strict=True), 1):
         holm_cell = ("yes" if holds else "no") if j.p is not None else "-"
-        decide = j.decide if j.verdict == UNDECIDED else ""
+        decide = j.decide if j.verdict in (UNDECIDED, NOT_RUN) else ""
         lines.append(
             row(
                 [
@@ -473,7 +483,9 @@ def claims_section(
         "",
         f"This report tests {n} claims: {counted[HELD]} held, {counted[NOT_HELD]} did not "
         f"hold, {counted[UNDECIDED]} undecided ({within} within the seeds' spread, "
-        f"{counted[UNDECIDED] - within} for another reason); {sum(kept)} of the decisions "
+        f"{counted[UNDECIDED] - within} for another reason)"
+        + (f", {counted[NOT_RUN]} not run yet" if counted[NOT_RUN] else "")
+        + f"; {sum(kept)} of the decisions "
         f"stay beyond the spread after Holm's correction over the {n} claims. "
         "'Seeds agreeing': on how many seeds the claim holds on that seed's own values.",
         "",
@@ -486,6 +498,7 @@ def claims_section(
 __all__ = [
     "HELD",
     "NOT_HELD",
+    "NOT_RUN",
     "UNDECIDED",
     "Judged",
     "amount",

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fedretain.errors import DataError
-from fedretain.experiments.reproduce.claims import HELD, NOT_HELD, UNDECIDED
+from fedretain.experiments.reproduce.claims import HELD, NOT_HELD, NOT_RUN, UNDECIDED
 from fedretain.experiments.reproduce.markdown import table
 
-NOT_RUN = "not run"
 VERDICTS = (HELD, NOT_HELD, UNDECIDED, NOT_RUN)
 TITLE = "# Claims ledger"
 

@@ -70,10 +70,16 @@ from fedretain.experiments.tracking import make_tracker
 from fedretain.files import read_json, write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
 from fedretain.recipe.config import Config, resolved
-from fedretain.recipe.federation import Federation, build_federation, client_store
+from fedretain.recipe.federation import (
+    Federation,
+    build_federation,
+    client_store,
+    modes_restored,
+)
 from fedretain.registry import kind
 
 
+@modes_restored()  # a CUDA run's deterministic modes end with it
 def run_experiment(
     cfg: Config,
     out: str | Path,

@@ -8,6 +8,8 @@ client or a benchmark needs, and no engine.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,28 @@ def use_deterministic(device: torch.device, deterministic: bool = True) -> None:
     torch.backends.cudnn.benchmark = not deterministic
     torch.backends.cudnn.allow_tf32 = not deterministic
     torch.backends.cuda.matmul.allow_tf32 = False  # torch's default: float32 products
+
+
+@contextmanager
+def modes_restored() -> Iterator[None]:
+    """Torch's process-wide modes that :func:`use_deterministic` sets (and
+    ``CUBLAS_WORKSPACE_CONFIG``), restored as they were on exit, however the block ends: a
+    run's deterministic mode is its own, never the next run's in the same process.
+    :func:`~fedretain.experiments.run.run_experiment` runs inside it."""
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    algorithms = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    flags = (cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32)
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(algorithms, warn_only=warn_only)
+        cudnn.deterministic, cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32 = flags
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
 
 
 def local_optimizer(cfg: Config) -> Optimizer:
@@ -240,6 +264,7 @@ __all__ = [
     "describe_task_plan",
     "local_optimizer",
     "make_clients",
+    "modes_restored",
     "resolve_device",
     "use_deterministic",
 ]

@@ -2,7 +2,7 @@
 
 A CPU run leaves torch's deterministic modes as they are (its numbers repeat by construction);
 a CUDA run with ``deterministic=true`` (the default) turns them on before its first CUDA
-operation. Without a GPU the CUDA path runs through :func:`use_deterministic` with a
+operation, and they end with the run (:func:`~fedretain.recipe.federation.modes_restored`). Without a GPU the CUDA path runs through :func:`use_deterministic` with a
 ``torch.device("cuda")`` (made without a GPU) and through :func:`build_federation` with
 ``torch.cuda.is_available`` patched, stopped before anything touches the device; the end-to-end
 check, two identical runs, needs a GPU.
@@ -148,6 +148,32 @@ def test_a_cuda_federation_sets_the_modes_before_using_the_device(
         assert seen == [(False, False, False, True, True, False, before[-1])]
 
 
+def test_a_cuda_runs_modes_end_with_it_and_a_later_cpu_run_sees_the_processs_own(
+    torch_modes, monkeypatch, tmp_path
+):
+    """A deterministic CUDA run (stopped once its modes are set, as the GPU is absent) then a
+    CPU run in the same process: the modes are restored after the first, so the second runs
+    under the process's own modes, and they are still the same after it."""
+    torch.backends.cudnn.benchmark = True  # the process's own choices
+    torch.backends.cuda.matmul.allow_tf32 = True
+    before, seen = _modes(), []
+
+    def load_dataset(*args, **kwargs):
+        seen.append(_modes())
+        raise _Stop
+
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "is_available", lambda: True)
+        m.setattr(federation, "load_dataset", load_dataset)
+        with pytest.raises(_Stop):
+            run_experiment(make_config({**SMALL, "device": "cuda"}), tmp_path / "a", False)
+    assert seen == [(True, False, True, False, False, False, CUBLAS_WORKSPACE)]
+    assert _modes() == before  # restored, the cuBLAS variable unset again
+    run_experiment(make_config(SMALL), tmp_path / "b", progress=False)
+    assert _modes() == before
+    assert read_jsonl(tmp_path / "b" / "metrics.jsonl")[-1]["round"] == SMALL["rounds"]
+
+
 def _metrics(path):
     return [{k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(path)]
 
@@ -164,7 +190,8 @@ def test_a_cuda_run_repeats_its_numbers(tmp_path, torch_modes, engine, model):
     keys = {k: v for k, v in SMALL.items() if not k.startswith("model")}
     cfg = {**keys, **model, "device": "cuda", "engine": engine, "algorithm": "scaffold"}
     for name in ("a", "b"):
+        before = _modes()
         run_experiment(make_config(cfg), tmp_path / name, progress=False)
-    assert torch.are_deterministic_algorithms_enabled()
+        assert _modes() == before  # the run's modes ended with it
     first, second = (_metrics(tmp_path / name / "metrics.jsonl") for name in ("a", "b"))
     assert first[-1]["round"] == SMALL["rounds"] and first == second

@@ -7,6 +7,8 @@ import re
 
 import numpy as np
 import pytest
+
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import torch
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import strategy as flwr_strategy

@@ -8,6 +8,8 @@ The ClientApp takes each round's clients from its own federation
 
 import pytest
 
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
+
 import fedretain.engines.round as round_module
 from fedretain.flower import client as flower_client
 from fedretain.recipe.config import make_config

@@ -2,10 +2,11 @@
 
 A CPU run leaves torch's deterministic modes as they are (its numbers repeat by construction);
 a CUDA run with ``deterministic=true`` (the default) turns them on before its first CUDA
-operation, and they end with the run (:func:`~fedretain.recipe.federation.modes_restored`). Without a GPU the CUDA path runs through :func:`use_deterministic` with a
+operation, and they end with the run (:func:`~fedretain.recipe.federation.modes_restored`).
+Without a GPU the CUDA path runs through :func:`use_deterministic` with a
 ``torch.device("cuda")`` (made without a GPU) and through :func:`build_federation` with
-``torch.cuda.is_available`` patched, stopped before anything touches the device; the end-to-end
-check, two identical runs, needs a GPU.
+``torch.cuda.is_available`` patched, stopped before anything touches the device; the
+end-to-end check, two identical runs, needs a GPU.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ import tomllib
 
 import pytest
 
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
+
 from fedretain.cli import main
 from fedretain.files import read_jsonl
 from fedretain.flower.__main__ import main as flower_main

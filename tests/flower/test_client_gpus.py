@@ -9,6 +9,8 @@ run's device). The default, 0, leaves everything as it was.
 from types import SimpleNamespace
 
 import pytest
+
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import tomli_w
 import torch
 

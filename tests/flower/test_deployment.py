@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
+
 from fedretain.engines.schedule import sample_clients
 from fedretain.experiments.checkpoint import load_checkpoint
 from fedretain.experiments.run import run_experiment

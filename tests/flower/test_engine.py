@@ -6,6 +6,8 @@ messages, the records, the client-state commit rule and what a lost reply costs,
 """
 
 import pytest
+
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import torch
 
 from fedretain.engines.round import DivergenceError

@@ -1,6 +1,8 @@
 """Trees travel through Flower records exactly: values, dtypes, shapes, nested and empty keys."""
 
 import pytest
+
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import torch
 from flwr.app import ArrayRecord, RecordDict
 from hypothesis import given, settings

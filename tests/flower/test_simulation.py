@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
+
 from fedretain.algorithms import ALGORITHMS, continual_only
 from fedretain.experiments.checkpoint import load_checkpoint
 from fedretain.experiments.run import run_experiment

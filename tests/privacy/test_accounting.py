@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+
+pytest.importorskip("opacus", reason="needs Opacus (opacus is not installed)")
 from opacus.accountants import RDPAccountant
 from scipy.special import gammaln, logsumexp
 

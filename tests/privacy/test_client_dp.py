@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import torch
 from flwr.app import Array, ArrayRecord
 from flwr.serverapp import strategy as flwr_strategy

@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
+
 from fedretain.core.algorithm import RoundInfo
 from fedretain.errors import ConfigError
 from fedretain.experiments.checkpoint import load_checkpoint

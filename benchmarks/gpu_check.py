@@ -1,8 +1,12 @@
 """The GPU verification of fedretain in one command: one markdown table, a non-zero exit on any
 failure. ``scripts/gpu_check.sh`` is its entry point on a GPU machine (wheels, PYTHONPATH).
 
-Parts (``--only`` picks some, in this order; each runs in its own process under a time cap,
-and the whole under ``--budget`` seconds):
+Parts (``--only`` picks some), in the order of what they decide: each runs in its own process
+under a time cap, its share of what is left of ``--budget`` (default 480 s on CUDA: one
+9-minute call with a minute for the machine to install the wheels), in proportion to the parts'
+weights (``CAPS``), so that time a part does not use goes to the parts after it and the last
+never starves; after each part the table of everything so far is rewritten
+(``OUT/table.md``) and printed, so a call stopped at its limit still returns what ran:
 
 - ``conformance``: every registered algorithm, server optimizer, aggregator, privacy
   mechanism and the continual methods (class-incremental FedAvg/FedProx, ACGAN replay with the
@@ -25,10 +29,10 @@ and the whole under ``--budget`` seconds):
 - ``cuda_tests``: the suite's tests marked ``cuda`` (``pytest -m cuda``), one row each: the
   SCAFFOLD conformance, the CUDA determinism tests, ``engine.devices=all`` against the plain
   run; skipped ("n/a") without CUDA.
-- ``privacy``: ``fedretain privacy`` on a small digits setting on ``--device``.
 - ``presets``: ``fedretain reproduce all --scale ci device=DEVICE``: one row per preset (its
   runs finished, none failed or diverged, its report written); a preset whose data are missing
   is "n/a".
+- ``privacy``: ``fedretain privacy`` on a small digits setting on ``--device``.
 - ``speed``: pfl-research's CIFAR-10 round (``benchmarks/pfl_job.py``) on every engine (the
   vectorised one in chunks of 10, 25 and 50 and with each step replayed as a CUDA graph) and pfl
   itself (when importable; "not installed" otherwise), and the main job's shape
@@ -75,11 +79,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("conformance", "determinism", "cuda_tests", "privacy", "presets", "speed")
-# seconds each part may take (its process is stopped there), by device type, and for all of
-# them together (--budget). On one H100 the parts are estimated (not yet measured there) at
-# about 50, 50, 15, 50 and 60 s (more where engine=auto compiles its vmapped step: tens of
-# seconds); on 2 CPU cores with --quick they took 40, 40, 10, 90 and 25 s
+# the parts in the order of what they decide: the CUDA numbers first, the speed table last
+PARTS = ("conformance", "determinism", "cuda_tests", "presets", "privacy", "speed")
+# each part's weight in the budget (--budget: its cap is its share of what is left), and its
+# cap where there is no budget, by device type. On one H100 the parts are estimated (not yet
+# measured there) at about 50, 50, 15, 60 and 50 s (more where engine=auto compiles its
+# vmapped step: tens of seconds); on 2 CPU cores with --quick they took 40, 40, 10, 25 and 90 s
 CAPS = {
     "cuda": {
         "conformance": 120,
@@ -98,7 +103,7 @@ CAPS = {
         "speed": 500,
     },
 }
-BUDGET = {"cuda": 360.0, "cpu": 0.0}  # 0: none
+BUDGET = {"cuda": 480.0, "cpu": 0.0}  # seconds for every part together; 0: none
 TOLERANCE = 1e-5
 PASS, FAIL, NA, OK = "pass", "FAIL", "n/a", "ok"  # OK: a measurement, not a verdict
 WALL = re.compile(r"seconds|wall|time")  # record keys of wall time, never compared
@@ -1011,6 +1016,25 @@ def spawn_part(name: str, opts: Options, out: Path, cap: float) -> list[Row]:
     return rows
 
 
+def part_cap(part: str, todo: list[str], caps: dict[str, float], left: float, fixed: bool) -> float:
+    """``part``'s time cap: its share of the ``left`` seconds in proportion to the weights of
+    the parts still to run (``todo``, ``part`` first), or its own cap where there is no budget
+    or the command line fixed it (never more than what is left)."""
+    if math.isinf(left) or fixed:
+        return min(caps[part], left)
+    return left * caps[part] / sum(caps[p] for p in todo)
+
+
+def write_table(out: Path, header: str, rows: list[Row]) -> None:
+    """The table of every row so far, to ``out/table.md`` (replaced whole) and to stdout: a
+    check stopped from outside still leaves the table of the parts that ran."""
+    text = header + "\n\n" + table(rows) + "\n"
+    tmp = out / "table.md.tmp"
+    tmp.write_text(text)
+    tmp.replace(out / "table.md")
+    print(text, flush=True)
+
+
 def machine(opts: Options) -> str:
     import torch
 
@@ -1066,7 +1090,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--budget",
         type=float,
         default=None,
-        help="seconds for all parts together (default 360 on CUDA, none on a CPU; 0: none)",
+        help="seconds for all parts together, shared out as they go (default 480 on CUDA, "
+        "none on a CPU; 0: none)",
     )
     ap.add_argument("--perturb", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--part", help=argparse.SUPPRESS)  # one part, in a child process
@@ -1129,26 +1154,26 @@ def main(argv: list[str] | None = None) -> int:
     print(header, file=sys.stderr, flush=True)
     started = time.perf_counter()
     rows: list[Row] = []
-    for part in [p for p in PARTS if p in parts]:
+    todo = [p for p in PARTS if p in parts]
+    fixed = {item.partition("=")[0] for item in a.cap}  # caps given on the command line
+    for i, part in enumerate(todo):
         left = budget - (time.perf_counter() - started) if budget else math.inf
         if left < 10:
             why = f"not run: the budget of {budget:.0f} s was spent (--budget 0: none)"
             rows.append(Row(part, "", FAIL, why, 0.0))
-            continue
-        print(f"--- {part} (cap {min(caps[part], left):.0f} s)", file=sys.stderr, flush=True)
-        part_rows = spawn_part(part, opts, out, min(caps[part], left))
-        for row in part_rows:
-            print(f"{row.result:>4} | {row.check} | {row.engine} | {row.detail}", file=sys.stderr)
-        rows += part_rows
+        else:
+            cap = part_cap(part, todo[i:], caps, left, part in fixed)
+            print(f"--- {part} (cap {cap:.0f} s)", file=sys.stderr, flush=True)
+            part_rows = spawn_part(part, opts, out, cap)
+            for row in part_rows:
+                print(
+                    f"{row.result:>4} | {row.check} | {row.engine} | {row.detail}", file=sys.stderr
+                )
+            rows += part_rows
+        write_table(out, header, rows)  # after every part: what ran so far
     total = time.perf_counter() - started
-    text = table(rows)
-    (out / "table.md").write_text(header + "\n\n" + text + "\n")
     failed = sum(r.failed for r in rows)
     counts = {k: sum(r.result == k for r in rows) for k in (PASS, FAIL, NA, OK)}
-    print(header)
-    print()
-    print(text)
-    print()
     keep = bool(failed or a.out)  # a failure's logs stay for a look
     where = f"; logs and outputs in {out}" if keep else ""
     print(

@@ -6,12 +6,14 @@
 # says what each part checks); this script installs the wheels it is given and puts the
 # repository on PYTHONPATH (no virtual environment, no installed console script).
 #
-#   bash scripts/gpu_check.sh --wheels .whl --data .data        # on the GPU machine, ~6 min
+#   bash scripts/gpu_check.sh --wheels .whl --data .data        # on the GPU machine, <= 8 min
 #   bash scripts/gpu_check.sh --only conformance,determinism    # a subset of the parts
 #   PYTHON=.venv/bin/python bash scripts/gpu_check.sh --device cpu --quick   # on a CPU
 #
 # Other options go to the driver: --filter 'fedavg,aggregator=*' (conformance cases),
-# --tolerance, --presets, --jobs, --models mlp,cnn, --cap PART=SECONDS, --budget, --out DIR
+# --tolerance, --presets, --jobs, --models mlp,cnn, --cap PART=SECONDS, --budget SECONDS
+# (default 480 on CUDA, shared out over the parts as they go; the table is rewritten to
+# OUT/table.md and printed after each part), --out DIR
 # (`python3 benchmarks/gpu_check.py --help`).
 #
 # The GPU machine (python3 3.12 with a CUDA build of torch, no network) has every dependency in

@@ -73,6 +73,37 @@ def test_a_part_over_its_time_cap_is_stopped_and_fails(gpu_check, tmp_path, caps
     assert result == "FAIL" and detail.startswith("stopped at its time cap of 1 s after 0 rows")
 
 
+def test_the_budget_is_shared_out_by_weight_and_what_a_part_leaves_goes_to_the_next(gpu_check):
+    caps = gpu_check.CAPS["cuda"]
+    todo = list(gpu_check.PARTS)
+    first = gpu_check.part_cap(todo[0], todo, caps, 480.0, fixed=False)
+    assert first == pytest.approx(480 * caps[todo[0]] / sum(caps.values()))
+    # the caps of the parts still to run always add up to what is left: none starves
+    assert sum(gpu_check.part_cap(p, todo, caps, 480.0, False) for p in todo) == pytest.approx(480)
+    # a part that finished early leaves more to the last one than its share at the start
+    last = gpu_check.part_cap(todo[-1], todo[-1:], caps, 100.0, fixed=False)
+    assert last == pytest.approx(100.0)
+    # a cap given on the command line, or no budget: the part's own cap, never over what is left
+    assert gpu_check.part_cap("speed", todo, {**caps, "speed": 5}, 480.0, fixed=True) == 5
+    assert gpu_check.part_cap("speed", todo, caps, math.inf, fixed=False) == caps["speed"]
+    assert gpu_check.part_cap("speed", todo, caps, 3.0, fixed=True) == 3.0
+    assert gpu_check.BUDGET["cuda"] <= 9 * 60 - 60  # one 9-minute call, a minute to set up
+
+
+def test_the_table_is_rewritten_after_every_part(gpu_check, tmp_path, capsys):
+    """A check stopped from outside after its first part still leaves that part's table."""
+    args = ["--device", "cpu", "--quick", "--only", "conformance,cuda_tests"]
+    args += ["--filter", "fedavg", "--budget", "900", "--out", str(tmp_path)]
+    gpu_check.main(args)
+    out = capsys.readouterr().out
+    tables = out.split("gpu_check on cpu")[1:]
+    assert len(tables) == 2  # one after each part, the second with every row
+    assert "conformance: fedavg" in tables[0] and "pytest -m cuda" not in tables[0]
+    assert "pytest -m cuda" in tables[1] and "conformance: fedavg" in tables[1]
+    written = (tmp_path / "table.md").read_text()
+    assert "conformance: fedavg" in written and "pytest -m cuda" in written
+
+
 def test_comparison_bounds_every_number_and_the_state(gpu_check):
     state = {"x": {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor([3])}}
     records = [{"round": 1, "test_loss": 0.5, "test_accuracy": 0.25, "seconds": 1.0}]

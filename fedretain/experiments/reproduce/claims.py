@@ -479,14 +479,20 @@ def claims_section(
         )
     counted = counts_of(judged)
     within = sum(j.within for j in judged)
+    decided, k = counted[HELD] + counted[NOT_HELD], sum(kept)
+    holm = (
+        f"{k} of the {decided} decided {'stays' if k == 1 else 'stay'} beyond the spread after "
+        f"Holm's correction over the {n} claims"
+        if decided
+        else "none is decided, so Holm's correction has nothing to keep"
+    )
     lines += [
         "",
         f"This report tests {n} claims: {counted[HELD]} held, {counted[NOT_HELD]} did not "
         f"hold, {counted[UNDECIDED]} undecided ({within} within the seeds' spread, "
         f"{counted[UNDECIDED] - within} for another reason)"
         + (f", {counted[NOT_RUN]} not run yet" if counted[NOT_RUN] else "")
-        + f"; {sum(kept)} of the decisions "
-        f"stay beyond the spread after Holm's correction over the {n} claims. "
+        + f"; {holm}. "
         "'Seeds agreeing': on how many seeds the claim holds on that seed's own values.",
         "",
         rule_text(plan, len(results.seeds)),

@@ -57,6 +57,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(config, overrides)
         check_out(out, args.overwrite)  # an old run is removed once the new one is built
     summary = run_experiment(cfg, out, resume=bool(args.resume), overwrite=args.overwrite)
+    if summary.get("paused"):
+        print(
+            f"{summary['name']}: paused after round {summary['rounds']} of "
+            f"{summary['planned_rounds']} (stop_after={summary['stop_after']:g} s), a checkpoint "
+            f"saved; continue with `{summary['continue']}`"
+        )
+        return 0
     skipped = summary.get("skipped_updates", 0)
     print(
         f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "

@@ -307,6 +307,7 @@ RESUMABLE = (
     "targets",
     "threads",
     "checkpoint_every",
+    "stop_after",  # when this process pauses the run: never what it computes
     "device",
     "deterministic",  # which CUDA kernels compute the same thing: reproducibility, not results
     "engine",

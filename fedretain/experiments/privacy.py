@@ -178,6 +178,11 @@ class PrivacyStudy:
     """One comparison in ``out`` for the configuration ``cfg``."""
 
     def __init__(self, cfg: Config, out: str | Path, study: Study) -> None:
+        if cfg.stop_after:
+            raise ConfigError(
+                "stop_after pauses a run, and a privacy study runs its attacks and trainings "
+                "whole; drop stop_after (a killed study continues from its finished parts)"
+            )
         self.cfg, self.out, self.study = cfg, Path(out), study
         self.fed = build_federation(cfg)
         dataset = self.fed.dataset

@@ -97,17 +97,24 @@ def run_experiment(
 
     A run that stops between rounds (Ctrl-C, which lets the round in progress finish; a full
     disk; an error in evaluation) saves a checkpoint of its rounds first, where it can.
+
+    With ``cfg.stop_after`` seconds, the run pauses before a round that would run past them
+    (its longest round so far as the estimate; at least one round is run): it saves a
+    checkpoint and returns ``{"paused": True, ...}`` (:func:`paused_summary`) without writing
+    ``summary.json``; resuming continues it with the numbers of an uninterrupted run.
     """
     if resume:
         check_rounds(Path(out), cfg)  # before anything is built or written
     run = Run(cfg, out, progress)
     stop = StopAfterRound() if cfg.checkpoint_every else nullcontext()
+    began, longest, paused = time.perf_counter(), 0.0, False
     try:
         if overwrite and not resume:
             clear_out(out)
         run.start(resume)
         with stop:
             for rnd in range(run.done, cfg.rounds):
+                t0 = time.perf_counter()
                 metrics = run.round(rnd)
                 if run.due(run.done):
                     run.evaluate(metrics)
@@ -118,6 +125,14 @@ def run_experiment(
                     run.checkpoint()
                 if isinstance(stop, StopAfterRound) and stop.requested and run.done < cfg.rounds:
                     raise KeyboardInterrupt
+                now = time.perf_counter()
+                longest = max(longest, now - t0)
+                late = now - began + longest > cfg.stop_after  # the next round would overrun
+                if cfg.stop_after and late and run.done < cfg.rounds:
+                    if run.saved < run.done:
+                        run.checkpoint()
+                    paused = True
+                    break
     except DivergenceError as e:  # keep every result so far, say why the run stopped
         run.finish(stopped=str(e))
         raise
@@ -126,9 +141,24 @@ def run_experiment(
         raise
     finally:
         run.close()
+    if paused:
+        return paused_summary(run)
     summary = run.finish()
     say_skipped(run, int(summary.get("skipped_updates", 0)))
     return summary
+
+
+def paused_summary(run: Run) -> dict[str, Any]:
+    """What a run paused by ``stop_after`` returns (no ``summary.json`` is written): its
+    rounds so far and the command that continues it."""
+    return {
+        "paused": True,
+        "name": run.cfg.label,
+        "rounds": run.done,
+        "planned_rounds": run.cfg.rounds,
+        "stop_after": run.cfg.stop_after,
+        "continue": f"fedretain run --resume {run.out}",
+    }
 
 
 def say_skipped(run: Run, skipped: int) -> None:

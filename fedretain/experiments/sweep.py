@@ -59,6 +59,8 @@ NOT_AXES = {
     "threads": "threads do not change results, and every run of a sweep uses one torch thread; "
     "run more at a time with --jobs N",
     "name": "the sweep names each run after its point",
+    "stop_after": "stop_after pauses runs and never changes their results; give it as a "
+    "setting for every run (KEY=VALUE after the config)",
 }
 
 

@@ -57,6 +57,13 @@ def make_server_app() -> ServerApp:
                 summary = run_experiment(cfg, out, progress=False, resume=resume)
         finally:
             log.removeHandler(handler)
+        if summary.get("paused"):  # stop_after: `resume` in the run config continues it
+            print(
+                f"{summary['name']}: paused after round {summary['rounds']} of "
+                f"{summary['planned_rounds']} (stop_after), a checkpoint saved -> {out}",
+                file=sys.stderr,
+            )
+            return
         print(
             f"{summary['name']}: final accuracy {summary['final_accuracy']:.4f}, "
             f"{summary['rounds']} rounds, {summary['lost_replies']} lost replies -> {out}",

@@ -134,6 +134,13 @@ class Config:
     checkpoint_every: int = setting(
         10, "rounds between checkpoints (and one at the end); 0: none; `run --resume` continues"
     )
+    stop_after: float = setting(
+        0.0,
+        "seconds after which a run pauses itself between rounds, before a round that would "
+        "run past them (a checkpoint saved, status 'paused', no summary yet): a slice of a "
+        "long run on a machine lent for a while; `run --resume` or `reproduce` continues it, "
+        "with the numbers of an uninterrupted run; 0: never",
+    )
     on_divergence: str = setting(
         "stop",
         "NaN/Inf in a client's update: stop (keeping the results so far) or skip that update",
@@ -423,6 +430,12 @@ def validate(cfg: Config) -> None:
     _positive(
         cfg, "local_steps", "seed", "threads", "checkpoint_every", "eval_batch_size", minimum=0
     )
+    _positive(cfg, "stop_after", minimum=0)
+    if cfg.stop_after and not cfg.checkpoint_every:
+        raise ConfigError(
+            "stop_after pauses a run at a checkpoint, and checkpoint_every=0 saves none; set "
+            "checkpoint_every >= 1 (or stop_after=0)"
+        )
     if cfg.clients_per_round > cfg.clients:
         raise ConfigError(
             f"clients_per_round ({cfg.clients_per_round}) cannot exceed clients ({cfg.clients})"

@@ -577,3 +577,65 @@ def test_resume_with_fewer_rounds_than_the_run_has_is_refused(tmp_path):
         run_experiment(make_config({**DIGITS, "rounds": 2}), tmp_path, resume=True)
     assert "the run already has 3 rounds; rounds can only be extended" in str(e.value)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_stop_after_pauses_between_rounds_and_the_slices_equal_an_uninterrupted_run(
+    tmp_path, capsys
+):
+    """A run sliced by stop_after (here so small that every slice runs one round, as a slice
+    on a machine lent for a while does with its time): each slice ends with a checkpoint and
+    no summary, and the resumed slices give the uninterrupted run's numbers."""
+    from fedretain.cli import main
+
+    keys = {**DIGITS, "rounds": 4, "checkpoint_every": 3, "eval_every": 1}
+    run_experiment(make_config(keys), tmp_path / "whole", progress=False)
+    sliced = make_config({**keys, "stop_after": 1e-9})
+    out = tmp_path / "sliced"
+    paused = run_experiment(sliced, out, progress=False)
+    assert paused["paused"] and (paused["rounds"], paused["planned_rounds"]) == (1, 4)
+    assert paused["continue"] == f"fedretain run --resume {out}"
+    assert not (out / "summary.json").exists()  # not a result yet: reproduce resumes it
+    assert read_json(out / "checkpoint" / "meta.json")["round"] == 1  # between the 3-round ones
+    # the command line says so and continues it; two more slices, then the last round
+    assert main(["run", "--resume", str(out)]) == 0
+    assert "paused after round 2 of 4" in capsys.readouterr().out
+    assert run_experiment(sliced, out, progress=False, resume=True)["rounds"] == 3
+    summary = run_experiment(sliced, out, progress=False, resume=True)
+    assert "paused" not in summary and summary["rounds"] == 4
+    assert _without_seconds(out / "metrics.jsonl") == _without_seconds(
+        tmp_path / "whole" / "metrics.jsonl"
+    )
+
+
+def test_stop_after_needs_checkpoints_and_a_number_of_seconds():
+    with pytest.raises(ConfigError, match="stop_after must be >= 0"):
+        make_config({**DIGITS, "stop_after": -1})
+    with pytest.raises(ConfigError, match="checkpoint_every=0 saves none"):
+        make_config({**DIGITS, "stop_after": 60, "checkpoint_every": 0})
+
+
+@pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists(),
+    reason="apt-get install dataset-fashion-mnist",
+)
+def test_a_preset_sliced_by_stop_after_continues_with_the_same_command(tmp_path):
+    """reproduce with stop_after: each run pauses (status 'paused', no result yet), and the
+    same command, given again, continues every run to the report of a whole one."""
+    from fedretain.experiments.reproduce import reproduce
+
+    lines: list[str] = []
+    reproduce(["demo"], tmp_path / "a", scale="ci", extra=["stop_after=1e-9"], echo=lines.append)
+    assert any("run(s) paused by stop_after: the same command continues them" in x for x in lines)
+    statuses = [read_json(p) for p in (tmp_path / "a").glob("**/status.json")]
+    assert statuses and {s["state"] for s in statuses} == {"paused"}
+    runs = len(statuses)
+    assert (
+        f"Runs: 0 of {runs} finished, 0 diverged, 0 failed, {runs} not run"
+        in (tmp_path / "a" / "report.md").read_text()
+    )
+    for _ in range(3):  # ci runs 2 rounds: a slice each, and the last finishes them
+        reproduce(["demo"], tmp_path / "a", scale="ci", extra=["stop_after=1e-9"], echo=print)
+    reproduce(["demo"], tmp_path / "b", scale="ci", echo=print)
+    for summary in (tmp_path / "b").glob("**/metrics.jsonl"):
+        other = tmp_path / "a" / summary.relative_to(tmp_path / "b")
+        assert _without_seconds(other) == _without_seconds(summary)

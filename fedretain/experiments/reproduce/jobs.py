@@ -282,6 +282,10 @@ def run_one(
                 line = f"σ* {result['sigma_matched']:g}; final {accs}"
             else:
                 summary = run_experiment(cfg, out, progress=None, resume=resume)
+                if summary.get("paused"):  # stop_after: its checkpoint continues it next time
+                    write_json(out / STATUS, {"state": "paused", "round": summary["rounds"], **cpu})
+                    line = f"paused after round {summary['rounds']} of {cfg.rounds} (stop_after)"
+                    return {"line": line, "paused": True}
                 line = f"{summary['final_accuracy']:.4f} ({summary['wall_seconds']:.1f} s)"
         except Exception as e:
             traceback.print_exc(file=log)
@@ -380,6 +384,7 @@ def run_jobs(
     errors: dict[Path, str] = {}
     for job in todo:  # a status left by an earlier try no longer holds
         (job.folder / STATUS).unlink(missing_ok=True)
+    paused = 0
     for i, (job, result) in enumerate(run_each(todo, parallel, cluster), 1):
         what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
         what += f"seed {job.spec.seed}"
@@ -392,7 +397,11 @@ def run_jobs(
             echo(f"{what}: {status['state']}: {status['error']} (log: {job.folder / 'run.log'})")
         else:
             verb = "continued" if job.resume else "done" if job.spec.study else "final"
-            echo(f"{what}: {verb} {result['line']}")
+            if result.get("paused"):  # stop_after: the next invocation continues it
+                verb, paused = ("continued, then" if job.resume else ""), paused + 1
+            echo(f"{what}: {verb} {result['line']}".replace(":  ", ": "))
+    if paused:
+        echo(f"{paused} run(s) paused by stop_after: the same command continues them")
     return errors
 
 

@@ -208,6 +208,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         extra,
         cluster=_cluster_of(args),
         report_only=args.report_only,
+        stop_after=args.stop_after,
     )
     if done.diverged or done.failed:  # the report is written, but some rows have no result
         print(f"error: {done.problem()}", file=sys.stderr)
@@ -548,6 +549,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--report-only",
         action="store_true",
         help="run nothing: rewrite the report from the run folders as they are",
+    )
+    rep.add_argument(
+        "--stop-after",
+        type=float,
+        metavar="SECONDS",
+        help="pause every run (stop_after) so that the invocation ends within SECONDS; a run "
+        "not started by then is left for the next one, which continues them all",
     )
     rep.add_argument(
         "--data-dir",

@@ -49,22 +49,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+source scripts/wheels.sh
 if [ -n "$WHEELS" ]; then
-    shopt -s nullglob
-    wheels=("$WHEELS"/*.whl)
-    shopt -u nullglob
-    if [ ${#wheels[@]} -eq 0 ]; then
-        echo "gpu_check: no wheels in $WHEELS" >&2
-        exit 2
-    fi
-    SITE=${GPU_CHECK_SITE:-/tmp/gpu_check-site}
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" "${wheels[@]}"
-    # opacus's wheel also installs top-level packages named benchmarks and examples: a regular
-    # package there would shadow this repository's benchmarks/ folder
-    rm -rf "$SITE/benchmarks" "$SITE/examples"
-    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    install_wheels "$WHEELS" || exit 2
 fi
-export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
+repository_on_path
 exec "$PYTHON" benchmarks/gpu_check.py ${args[@]+"${args[@]}"}

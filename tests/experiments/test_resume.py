@@ -618,6 +618,7 @@ def test_stop_after_needs_checkpoints_and_a_number_of_seconds():
     not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists(),
     reason="apt-get install dataset-fashion-mnist",
 )
+@pytest.mark.slow
 def test_a_preset_sliced_by_stop_after_continues_with_the_same_command(tmp_path):
     """reproduce with stop_after: each run pauses (status 'paused', no result yet), and the
     same command, given again, continues every run to the report of a whole one."""
@@ -625,7 +626,7 @@ def test_a_preset_sliced_by_stop_after_continues_with_the_same_command(tmp_path)
 
     lines: list[str] = []
     reproduce(["demo"], tmp_path / "a", scale="ci", extra=["stop_after=1e-9"], echo=lines.append)
-    assert any("run(s) paused by stop_after: the same command continues them" in x for x in lines)
+    assert any("paused or not started in time: the same command continues them" in x for x in lines)
     statuses = [read_json(p) for p in (tmp_path / "a").glob("**/status.json")]
     assert statuses and {s["state"] for s in statuses} == {"paused"}
     runs = len(statuses)
@@ -639,3 +640,57 @@ def test_a_preset_sliced_by_stop_after_continues_with_the_same_command(tmp_path)
     for summary in (tmp_path / "b").glob("**/metrics.jsonl"):
         other = tmp_path / "a" / summary.relative_to(tmp_path / "b")
         assert _without_seconds(other) == _without_seconds(summary)
+
+
+@pytest.mark.skipif(
+    not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists(),
+    reason="apt-get install dataset-fashion-mnist",
+)
+def test_reproduce_stop_after_bounds_the_invocation_and_leaves_late_runs_for_the_next(
+    tmp_path, capsys
+):
+    from fedretain.cli import main
+    from fedretain.recipe.config import config_from_text
+
+    out = tmp_path / "a"
+    args = ["reproduce", "demo", "--scale", "ci", "--out", str(out)]
+    assert main([*args, "--stop-after", "0.001"]) == 0  # no time: nothing starts
+    assert not list(out.glob("**/summary.json")) and not list(out.glob("**/checkpoint"))
+    assert main([*args, "--stop-after", "3600"]) == 0  # time enough: every run finishes
+    configs = list(out.glob("**/config.toml"))
+    assert configs and len(list(out.glob("**/summary.json"))) == len(configs)
+    for path in configs:  # each run was given the time left when it started
+        assert 0 < config_from_text(path.read_text()).stop_after <= 3600
+    capsys.readouterr()
+    for bad in ("0", "-5", "nan"):
+        assert main([*args, "--stop-after", bad]) == 2
+        assert "--stop-after must be a number of seconds > 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gpu_slice_pauses_a_run_packs_its_folder_and_the_next_slice_continues_it(tmp_path):
+    """scripts/gpu_slice.sh on the CPU: a run too long for one 10-second slice pauses with a
+    checkpoint and comes back as slice.tar; unpacked elsewhere, the next slice continues it."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "back")}
+    folder = "slices/r"
+    keys = [f"{k}={v}" for k, v in {**DIGITS, "rounds": 100000, "checkpoint_every": 50}.items()]
+    keys = [k.replace("[32]", "32") for k in keys]
+    work = tmp_path / "machine1"
+    work.mkdir()
+    script = ["bash", str(root / "scripts" / "gpu_slice.sh"), "--margin", "2", "12", folder]
+    cmd = [*script, "run", *keys, "--out", folder]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "paused after round" in proc.stdout and "slice.tar" in proc.stdout
+    # the folder comes back packed, checkpoint included; the next machine unpacks it
+    nxt = tmp_path / "machine2"
+    nxt.mkdir()
+    subprocess.run(["tar", "xf", str(tmp_path / "back" / "slice.tar")], cwd=nxt, check=True)
+    first = read_json(nxt / folder / "checkpoint" / "meta.json")["round"]
+    assert first > 0 and not (nxt / folder / "summary.json").exists()
+    proc = subprocess.run(
+        [*script, "run"], cwd=nxt, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert read_json(nxt / folder / "checkpoint" / "meta.json")["round"] > first

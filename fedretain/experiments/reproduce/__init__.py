@@ -25,6 +25,8 @@ the paper's claims; :func:`reproduce` plans and runs them (:mod:`.jobs`) and wri
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,19 +94,25 @@ def reproduce(
     echo: Callable[[str], None] = print,
     cluster: RayCluster | None = None,
     report_only: bool = False,
+    stop_after: float | None = None,
 ) -> Reproduced:
     """Run the presets ``names`` (``all``: every preset) at ``scale`` into ``out`` and write
     ``out/report.md``; returns its path and how many runs (of this invocation or an earlier
     one) diverged and failed. ``extra``: KEY=VALUE settings for every run. ``cluster``: the
     runs go to Ray as tasks instead of ``jobs`` local processes (:mod:`.cluster`).
     ``report_only``: run nothing, rewrite the report from the run folders as they are (a
-    committed report from its committed results)."""
+    committed report from its committed results). ``stop_after``: seconds for this invocation;
+    each run pauses (``stop_after``, its remaining time when it starts) and one not started
+    in time is left for the next invocation."""
     if scale not in SCALES:
         raise ConfigError(f"unknown scale '{scale}'; choose one of: {', '.join(SCALES)}")
     if seeds is not None and seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if stop_after is not None and not (math.isfinite(stop_after) and stop_after > 0):
+        raise ConfigError(f"--stop-after must be a number of seconds > 0, got {stop_after}")
+    deadline = time.time() + stop_after if stop_after else None
     names = preset_names(names, scale)
     out = Path(out)
     several = len(names) > 1
@@ -129,7 +137,7 @@ def reproduce(
             echo(f"--report-only: {waiting} run(s) not finished are reported as such")
         errors: dict[Path, str] = {}
     else:
-        errors = run_jobs(todo, jobs, echo, cluster)
+        errors = run_jobs(todo, jobs, echo, cluster, deadline)
     report, counts = write_reports(sections, errors, out)
     echo(f"report written to {report}")
     done = Reproduced(report, counts["diverged"], counts["failed"])

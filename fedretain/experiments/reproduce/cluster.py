@@ -142,10 +142,14 @@ def connect(cluster: RayCluster) -> Any:
 
 
 def ray_each(
-    todo: list[Any], cluster: RayCluster, run: Callable[..., dict[str, Any]]
+    todo: list[Any],
+    cluster: RayCluster,
+    run: Callable[..., dict[str, Any]],
+    deadline: float | None = None,
 ) -> Iterator[tuple[Any, dict[str, Any] | Exception]]:
     """Run the jobs ``todo`` (already in the order to start them) as Ray tasks, each calling
-    ``run(args, folder, resume, study)`` (:func:`~fedretain.experiments.reproduce.jobs.run_task`);
+    ``run(args, folder, resume, study, deadline)``
+    (:func:`~fedretain.experiments.reproduce.jobs.run_task`);
     yield each job as it ends, with its result or its error (the run's own exception where it
     raised one, else Ray's)."""
     import ray
@@ -167,7 +171,9 @@ def ray_each(
     for job in todo:  # made here: a node that does not see them says so (run_task)
         Path(job.folder).mkdir(parents=True, exist_ok=True)
     pending = {
-        task.remote(job.args, str(Path(job.folder).resolve()), job.resume, job.spec.study): job
+        task.remote(
+            job.args, str(Path(job.folder).resolve()), job.resume, job.spec.study, deadline
+        ): job
         for job in todo
     }
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import platform
 import shlex
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -260,13 +261,25 @@ def cpu_text(info: dict[str, Any]) -> str:
 
 
 def run_one(
-    args: list[str], folder: str, resume: bool, study: dict[str, Any] | None = None
+    args: list[str],
+    folder: str,
+    resume: bool,
+    study: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """One run, or one privacy study (in this process, a worker or a Ray task): its output
     goes to ``folder/run.log``, what became of it to ``folder/status.json`` (with the CPU it
-    ran on); returns the line the progress shows."""
+    ran on); returns the line the progress shows. ``deadline`` (``time.time()`` seconds): the
+    run pauses by then (``stop_after``, the time left when it starts); past it, it does not
+    start."""
     from fedretain.experiments.run import run_experiment
 
+    if deadline is not None and study is None:
+        left = deadline - time.time()
+        if left < 1:
+            line = "not started: the invocation's --stop-after time is spent"
+            return {"line": line, "paused": True}
+        args = [*args, f"stop_after={left:.0f}"]
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     cpu = machine()
@@ -297,7 +310,11 @@ def run_one(
 
 
 def run_task(
-    args: list[str], folder: str, resume: bool, study: dict[str, Any] | None = None
+    args: list[str],
+    folder: str,
+    resume: bool,
+    study: dict[str, Any] | None = None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
     """:func:`run_one` as a Ray task: continued from its checkpoint when it has one, so that a
     task Ray tries again after a lost node goes on from where the lost one stopped. The folder
@@ -307,7 +324,7 @@ def run_task(
             f"{folder} (made by the study's caller) is not visible on node "
             f"{platform.node()}: --out must be on a filesystem every node sees at the same path"
         )
-    return run_one(args, folder, resume or has_checkpoint(Path(folder)), study)
+    return run_one(args, folder, resume or has_checkpoint(Path(folder)), study, deadline)
 
 
 def has_checkpoint(folder: Path) -> bool:
@@ -336,18 +353,21 @@ def cost(algorithm: str) -> float:
 
 
 def run_each(
-    todo: list[Job], parallel: int, cluster: RayCluster | None = None
+    todo: list[Job],
+    parallel: int,
+    cluster: RayCluster | None = None,
+    deadline: float | None = None,
 ) -> Iterator[tuple[Job, dict[str, Any] | Exception]]:
     """Run ``todo``, ``parallel`` at a time, each in its own process, or as Ray tasks on
     ``cluster`` (the costliest start first); yield each job as it ends, with its
-    :func:`run_one` result or its error."""
+    :func:`run_one` result or its error. ``deadline``: see :func:`run_one`."""
 
-    def call(job: Job) -> tuple[list[str], str, bool, dict[str, Any] | None]:
-        return job.args, str(job.folder), job.resume, job.spec.study
+    def call(job: Job) -> tuple[list[str], str, bool, dict[str, Any] | None, float | None]:
+        return job.args, str(job.folder), job.resume, job.spec.study, deadline
 
     todo = sorted(todo, key=lambda j: -cost(algorithm_of(j)))
     if cluster is not None:
-        yield from ray_each(todo, cluster, run_task)
+        yield from ray_each(todo, cluster, run_task, deadline)
         return
     if parallel <= 1 or len(todo) <= 1:
         for job in todo:
@@ -370,6 +390,7 @@ def run_jobs(
     parallel: int,
     echo: Callable[[str], None],
     cluster: RayCluster | None = None,
+    deadline: float | None = None,
 ) -> dict[Path, str]:
     """Run the jobs not done yet, ``parallel`` at a time (or on the Ray ``cluster``); returns
     folder -> error of the runs that failed or diverged (the others go on). Each run's
@@ -385,7 +406,7 @@ def run_jobs(
     for job in todo:  # a status left by an earlier try no longer holds
         (job.folder / STATUS).unlink(missing_ok=True)
     paused = 0
-    for i, (job, result) in enumerate(run_each(todo, parallel, cluster), 1):
+    for i, (job, result) in enumerate(run_each(todo, parallel, cluster, deadline), 1):
         what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
         what += f"seed {job.spec.seed}"
         if isinstance(result, Exception):
@@ -401,7 +422,7 @@ def run_jobs(
                 verb, paused = ("continued, then" if job.resume else ""), paused + 1
             echo(f"{what}: {verb} {result['line']}".replace(":  ", ": "))
     if paused:
-        echo(f"{paused} run(s) paused by stop_after: the same command continues them")
+        echo(f"{paused} run(s) paused or not started in time: the same command continues them")
     return errors
 
 

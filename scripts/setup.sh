@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare a fresh machine: a virtual environment with fedretain and its pinned dependencies,
+# Prepare a fresh machine: a virtual environment with fedretain, every extra, and the pinned
+# versions of requirements-lock.txt,
 # the Fashion-MNIST files (Debian package dataset-fashion-mnist) when they are missing, and,
 # optionally, tcmalloc (libtcmalloc-minimal4), which scripts/main.sh preloads when present.
 set -euo pipefail
@@ -10,11 +11,14 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-if ! .venv/bin/python -c "import fedretain, pytest, xdist, ruff, flwr, ray" 2>/dev/null \
-   || [ pyproject.toml -nt .venv/.fedretain-installed ]; then
+# every extra (the suite tests every part) at the exact versions of requirements-lock.txt
+if ! .venv/bin/python -c "import fedretain, pytest, xdist, ruff, flwr, ray, opacus" 2>/dev/null \
+   || [ pyproject.toml -nt .venv/.fedretain-installed ] \
+   || [ requirements-lock.txt -nt .venv/.fedretain-installed ]; then
     echo "installing fedretain and its pinned dependencies into .venv (log: .venv/install.log)"
     if ! { .venv/bin/python -m pip install --upgrade pip \
-           && .venv/bin/python -m pip install -e '.[dev]'; } > .venv/install.log 2>&1; then
+           && .venv/bin/python -m pip install -c requirements-lock.txt -e '.[dev]'; } \
+           > .venv/install.log 2>&1; then
         tail -n 30 .venv/install.log >&2
         echo "error: installing fedretain failed; the full log is .venv/install.log" >&2
         exit 1

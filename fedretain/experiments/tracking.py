@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fedretain.errors import ConfigError
 from fedretain.experiments.observers import BaseObserver, Record
+from fedretain.extras import require
 from fedretain.recipe.config import Config
 from fedretain.registry import Registry
 
@@ -83,13 +83,7 @@ class TensorBoardTracker(BaseObserver):
 
 def check_tensorboard(cfg: Config) -> None:
     """``tracking=tensorboard`` needs the ``tensorboard`` package (torch's writer uses it)."""
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        raise ConfigError(
-            "tracking=tensorboard needs the tensorboard package "
-            "(pip install tensorboard, or reinstall fedretain)"
-        ) from None
+    require("tensorboard", "tracking=tensorboard")
 
 
 # factory(out) -> the tracker (an observer); ``check=fn(cfg)`` validates against the whole config

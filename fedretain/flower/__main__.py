@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from fedretain.cli import dispatch
 from fedretain.errors import FedRetainError
+from fedretain.extras import installed, require
 
 if TYPE_CHECKING:
     from fedretain.recipe.config import Config
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if not installed("flwr"):  # the flower extra: one line, before any of Flower is imported
+        return dispatch(argparse.Namespace(fn=lambda _: require("flwr", "fedretain.flower")))
     if argv and argv[0] in ("node", "worker"):  # Flower's own arguments: passed through
         from fedretain.flower import node
 

@@ -18,11 +18,14 @@ from dataclasses import replace
 from typing import Any
 
 from fedretain.errors import ConfigError
+from fedretain.extras import require
 from fedretain.recipe.config import Config, component_params
 
 
 def check_options(cfg: Config) -> None:
-    """Refuse settings ``engine=flower`` cannot honour, with one line each."""
+    """Refuse settings ``engine=flower`` cannot honour, with one line each (and a missing
+    Flower, the flower extra)."""
+    require("flwr", "engine=flower")
     params = component_params(cfg, "engine")
     gpus = params["client_gpus"]
     if not gpus >= 0:

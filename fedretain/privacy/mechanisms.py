@@ -26,6 +26,7 @@ from torch import nn
 from fedretain.core.algorithm import Algorithm, RoundInfo
 from fedretain.engines.round import Clients
 from fedretain.errors import ConfigError
+from fedretain.extras import require
 from fedretain.privacy.accounting import ClientAccountant, rdp_epsilon
 from fedretain.privacy.client_dp import ClientDP, with_client_dp
 from fedretain.privacy.dpsgd import DPSGD, check_model, with_dpsgd
@@ -202,11 +203,30 @@ def client_adaptive(
     return ClientLevel(dp, _delta(delta))
 
 
+def needs_opacus(cfg: Any) -> None:
+    """Every mechanism accounts its ε with Opacus's RDP accountant (DP-SGD also trains with
+    Opacus): the privacy extra."""
+    require("opacus", f"privacy={cfg.privacy}")
+
+
 PRIVACY = Registry("privacy")
-PRIVACY.add("dpsgd", dpsgd, "sample-level DP-SGD in local training (Abadi 2016; Opacus)")
-PRIVACY.add("client_fixed", client_fixed, "client-level DP-FedAvg, fixed clipping (McMahan 2018)")
 PRIVACY.add(
-    "client_adaptive", client_adaptive, "client-level DP-FedAvg, adaptive clipping (Andrew 2021)"
+    "dpsgd",
+    dpsgd,
+    "sample-level DP-SGD in local training (Abadi 2016; Opacus)",
+    check=needs_opacus,
+)
+PRIVACY.add(
+    "client_fixed",
+    client_fixed,
+    "client-level DP-FedAvg, fixed clipping (McMahan 2018)",
+    check=needs_opacus,
+)
+PRIVACY.add(
+    "client_adaptive",
+    client_adaptive,
+    "client-level DP-FedAvg, adaptive clipping (Andrew 2021)",
+    check=needs_opacus,
 )
 
 __all__ = [

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedretain.errors import ConfigError
+from fedretain.extras import require
 
 START = (
     "start it with `ray start --head` (and `ray start --address HEAD:6379` on each worker) or "
@@ -73,6 +74,7 @@ def cluster_settings(
     """The settings of runs sent to Ray: ``device=cuda`` added where each run gets a GPU and
     the settings name no device. ``--jobs`` has no say there (Ray runs as many at a time as
     the cluster has room for): one line when it is given."""
+    require("ray", "--ray")  # before anything is planned or run
     unreachable = closed_port(cluster.address)
     if unreachable:  # Ray itself would try for minutes
         raise ConfigError(
@@ -117,7 +119,8 @@ def closed_port(address: str | None) -> str:
 def connect(cluster: RayCluster) -> Any:
     """``ray``, connected to ``cluster.address`` (one line naming the fix when it cannot be)
     and checked to have room for one run."""
-    import ray  # a dependency: it comes with flwr[simulation]
+    require("ray", "--ray")
+    import ray  # the flower extra: it comes with flwr[simulation]
 
     try:
         if not ray.is_initialized():

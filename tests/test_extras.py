@@ -1,0 +1,95 @@
+"""The core runs without the optional packages, and each feature that needs one says which
+extra installs it, in one line: Flower and Ray (``[flower]``), Opacus (``[privacy]``) and
+TensorBoard (``[tracking]``) are blocked from import in a child process (as on a machine
+without them, such as the GPU image), and a tiny job runs there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKER = """
+import sys
+
+BLOCKED = {"flwr", "ray", "opacus", "tensorboard"}
+
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Block())
+"""
+TINY = ["dataset=digits", "model=mlp", "clients=4", "clients_per_round=2", "rounds=2"]
+
+
+@pytest.fixture(scope="module")
+def without_extras(tmp_path_factory: pytest.TempPathFactory):
+    """Run ``python -m ARGS`` with the optional packages blocked; (exit code, out, err)."""
+    site = tmp_path_factory.mktemp("blocked")
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+
+    def run(*args: str, cwd: Path = site) -> tuple[int, str, str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run, site
+
+
+def test_the_blocker_blocks(without_extras):
+    run, _ = without_extras
+    code, _, err = run("flwr")
+    assert code != 0 and "blocked" in err
+
+
+def test_the_core_runs_without_flower_ray_opacus_or_tensorboard(without_extras):
+    run, site = without_extras
+    code, out, err = run("fedretain", "run", *TINY, "--out", str(site / "run"))
+    assert code == 0, err
+    assert "final accuracy" in out and (site / "run" / "summary.json").is_file()
+    code, out, err = run("fedretain", "run", *TINY, "engine=vmap", "--out", str(site / "vmap"))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("args", "extra", "what"),
+    [
+        (["fedretain", "run", *TINY, "engine=flower"], "flower", "engine=flower needs flwr"),
+        (["fedretain", "run", *TINY, "privacy=dpsgd"], "privacy", "privacy=dpsgd needs opacus"),
+        (
+            ["fedretain", "run", *TINY, "privacy=client_fixed"],
+            "privacy",
+            "privacy=client_fixed needs opacus",
+        ),
+        (
+            ["fedretain", "run", *TINY, "tracking=tensorboard"],
+            "tracking",
+            "tracking=tensorboard needs tensorboard",
+        ),
+        (["fedretain.flower", "simulate", *TINY], "flower", "fedretain.flower needs flwr"),
+        (
+            ["fedretain", "reproduce", "demo", "--scale", "ci", "--ray"],
+            "flower",
+            "--ray needs ray",
+        ),
+    ],
+)
+def test_a_feature_without_its_package_names_the_extra_in_one_line(
+    without_extras, args, extra, what
+):
+    run, site = without_extras
+    code, _, err = run(*args, "--out", str(site / "x"))
+    assert code == 2, err
+    assert err.count("\n") == 1 and what in err
+    assert f'pip install "fedretain[{extra}]"' in err

@@ -10,6 +10,7 @@ Layers, top to bottom (a module may import its own layer and those below it):
     algorithms | engines | metrics
     core        the Algorithm bundle, local training, optimisers, trees, Task
     data | models | losses
+    extras      which optional package each feature needs (a one-line error naming its extra)
     registry | files | errors
 
 Besides import statements, a call ``kind("X")`` (:func:`fedretain.registry.kind`, a string
@@ -45,6 +46,7 @@ LAYERS = {
     "data": 3,
     "models": 3,
     "losses": 3,
+    "extras": 2,
     "registry": 1,
     "files": 1,
     "errors": 1,

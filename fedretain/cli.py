@@ -31,7 +31,8 @@ def _config_and_overrides(config: str | None, items: list[str]) -> tuple[str | N
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from fedretain.errors import ConfigError
-    from fedretain.experiments.run import check_out, run_experiment
+    from fedretain.experiments.outputs import check_out
+    from fedretain.experiments.run import run_experiment
     from fedretain.recipe.config import load_config
 
     config, overrides = _config_and_overrides(args.config, args.overrides)

@@ -229,7 +229,7 @@ def clear_sweep(out: Path, ours: set[str]) -> None:
     """Remove what a sweep wrote in ``out`` (``ours``, from :func:`check_sweep_out`): every
     point folder's runs are checked first, and where one holds a file no run writes nothing
     is removed (an OutputError names it)."""
-    from fedretain.experiments.run import strangers
+    from fedretain.experiments.outputs import strangers
 
     folders = [out / n for n in sorted(ours) if (out / n).is_dir() and n not in REPORT_FILES]
     for folder in folders:

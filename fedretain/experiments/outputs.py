@@ -1,0 +1,96 @@
+"""A run's results folder: what a run writes there, by name, and whether a new run may take
+the folder (:func:`check_out`) and empty it (:func:`clear_out`): ``--overwrite`` removes only a
+run's own files, never a file of the user's."""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+from pathlib import Path
+
+from fedretain.errors import OutputError
+
+# what a results folder holds, by name (besides the temporary files of atomic writes): the
+# run's own files, its built-in observers' and diagnostics', and those of a study's runs
+# (run.log, status.json); --overwrite removes only folders made of these, so that a file of
+# the user's (a figure, notes) is never removed; * stands for a round
+RESULT_DIRS = ("checkpoint", "client_state", "tensorboard", "samples")
+RESULT_FILES = (
+    "config.toml",
+    "metrics.jsonl",
+    "summary.json",
+    "accuracy.png",
+    "forgetting.jsonl",
+    "forgetting.png",
+    "forgetting-*.png",
+    "continual.jsonl",
+    "continual_accuracy.png",
+    "accuracy_matrix.png",
+    "generator_quality.jsonl",
+    "fid.png",
+    "run.log",
+    "status.json",
+)
+
+
+def _is_result(path: Path) -> bool:
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return path.name in RESULT_DIRS
+    if path.name[:1] == "." and path.suffix == ".tmp":
+        return True
+    return any(fnmatch.fnmatchcase(path.name, name) for name in RESULT_FILES)
+
+
+def strangers(folder: Path) -> list[str]:
+    """The names in ``folder`` that no run writes (sorted): what ``--overwrite`` never
+    removes."""
+    return [p.name for p in sorted(folder.iterdir()) if not _is_result(p)]
+
+
+def check_out(out: str | Path, overwrite: bool = False) -> None:
+    """An OutputError unless a new run may write ``out``: a new or empty folder, or with
+    ``overwrite`` a fedretain results folder (which :func:`clear_out` empties)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file, not a folder; choose a new or empty folder")
+    entries = sorted(out.iterdir()) if out.is_dir() else []
+    if not entries:
+        return
+    others = strangers(out)
+    is_run = (out / "config.toml").is_file() and (
+        (out / "metrics.jsonl").is_file() or (out / "checkpoint").is_dir()
+    )
+    if is_run and others:
+        raise OutputError(
+            f"{out} holds a run and files no run writes ({', '.join(others[:3])}); "
+            "--overwrite removes only a run's own files: move those out, or choose another "
+            "--out (nothing was removed)"
+        )
+    if not is_run or others:
+        why = f"it holds {', '.join(others[:3])}" if others else "no metrics.jsonl"
+        raise OutputError(
+            f"{out} is not empty and does not look like a fedretain results folder ({why}); "
+            "choose a new or empty folder for --out (nothing was removed)"
+        )
+    if not overwrite:
+        what = "finished" if (out / "summary.json").is_file() else "unfinished"
+        raise OutputError(
+            f"{out} already holds a {what} run; pass --resume {out} to continue it, "
+            "--overwrite to replace it, or choose another --out"
+        )
+
+
+def clear_out(out: str | Path) -> None:
+    """Empty the results folder ``out`` for a new run; nothing but a fedretain results
+    folder's files is ever removed (see :func:`check_out`)."""
+    check_out(out, overwrite=True)
+    for path in sorted(Path(out).iterdir()) if Path(out).is_dir() else []:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+__all__ = ["RESULT_DIRS", "RESULT_FILES", "check_out", "clear_out", "strangers"]

@@ -146,16 +146,25 @@ def unfinished_of(results: Results, read: list[tuple[str, str, str]]) -> dict[st
     }
 
 
-def no_result(results: Results, read: list[tuple[str, str, str]]) -> str:
-    """The runs a claim asked for that have no result: "SCAFFOLD diverged in round 53 (seed
-    1)"; beyond :data:`SHOWN` of them, their count by state and the first few."""
-    found = unfinished_of(results, read)
+def no_result(found: dict[str, str]) -> str:
+    """The runs a claim asked for that have no result (:func:`unfinished_of`): "SCAFFOLD
+    diverged in round 53 (seed 1)"; beyond :data:`SHOWN` of them, their count by state and the
+    first few."""
     if len(found) <= SHOWN:
         return "no result from " + ", ".join(found) if found else ""
     states = Counter(found.values())
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     first = ", ".join(list(found)[:SHOWN])
     return f"no result from {len(found)} runs ({counts}): {first}, ..."
+
+
+def what_decides(found: dict[str, str]) -> str:
+    """What decides a claim waiting on the runs ``found`` (:func:`unfinished_of`)."""
+    if set(found.values()) == {"not run"}:
+        return "run the report's command (its finished runs are skipped)"
+    if "diverged" in found.values():
+        return "results from those runs (a smaller lr for a diverged one)"
+    return "results from those runs"
 
 
 def final_of(results: Results, setting: str, method: str) -> float | None:
@@ -273,9 +282,9 @@ def guard(
     nothing stands in the way). A run without a result is not one of them: a claim that fails
     on the comparisons that have their values did not hold, whatever the missing run gives."""
     if len(results.seeds) < 2:
-        missing = no_result(results, read)
-        if missing:
-            return missing, "results from those runs (a smaller lr for a diverged one)"
+        found = unfinished_of(results, read)
+        if found:
+            return no_result(found), what_decides(found)
         return "one seed: no spread to measure", "3 seeds (`--seeds 3`)"
     chance = at_chance(plan, results, read)
     if chance:
@@ -312,7 +321,8 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
     if why:
         base.why, base.decide = why, decide
         return base
-    missing = no_result(results, read)
+    found = unfinished_of(results, read)
+    missing = no_result(found)
     if means is None and not missing:
         base.why = "no side reached its target" if at_means else "a value it needs is missing"
         base.decide = "runs long enough to reach the target"
@@ -331,12 +341,9 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
     if result is not None and not decisive:  # the check's own logic, not a comparison, decided
         result = None
     if result is None and missing:
-        base.why, base.decide = missing, "results from those runs"
-        if set(unfinished_of(results, read).values()) == {"not run"}:
-            base.verdict = NOT_RUN  # nothing went wrong: the runs are still to do
-            base.decide = "run the report's command (its finished runs are skipped)"
-        elif " diverged in round " in missing:
-            base.decide += " (a smaller lr for a diverged one)"
+        base.why, base.decide = missing, what_decides(found)
+        if set(found.values()) == {"not run"}:  # nothing went wrong: the runs are still to do
+            base.verdict = NOT_RUN
         return base
     if result is None:
         opened = [(c, b) for c, b in compared if outcome(c, b, n) is None]

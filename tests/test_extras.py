@@ -58,8 +58,6 @@ def test_the_core_runs_without_flower_ray_opacus_or_tensorboard(without_extras):
     code, out, err = run("fedretain", "run", *TINY, "--out", str(site / "run"))
     assert code == 0, err
     assert "final accuracy" in out and (site / "run" / "summary.json").is_file()
-    code, out, err = run("fedretain", "run", *TINY, "engine=vmap", "--out", str(site / "vmap"))
-    assert code == 0, err
 
 
 @pytest.mark.parametrize(

@@ -90,6 +90,7 @@ def test_the_budget_is_shared_out_by_weight_and_what_a_part_leaves_goes_to_the_n
     assert gpu_check.BUDGET["cuda"] <= 9 * 60 - 60  # one 9-minute call, a minute to set up
 
 
+@pytest.mark.slow  # its second part collects the whole suite (pytest -m cuda)
 def test_the_table_is_rewritten_after_every_part(gpu_check, tmp_path, capsys):
     """A check stopped from outside after its first part still leaves that part's table."""
     args = ["--device", "cpu", "--quick", "--only", "conformance,cuda_tests"]

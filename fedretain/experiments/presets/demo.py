@@ -310,7 +310,7 @@ PRESETS.add(
     "the README's main command: 8 methods head to head on non-IID Fashion-MNIST, with forgetting",
     dataset="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 7 min (3 seeds, --jobs 2)",
+    estimate="about 9 min (3 seeds, --jobs 2; 8 min 44 s measured 2026-11-28)",
     paper="the demo",
 )
 

@@ -103,11 +103,11 @@ def run_experiment(
     checkpoint and returns ``{"paused": True, ...}`` (:func:`paused_summary`) without writing
     ``summary.json``; resuming continues it with the numbers of an uninterrupted run.
     """
+    began, longest, paused = time.perf_counter(), 0.0, False  # stop_after counts from here
     if resume:
         check_rounds(Path(out), cfg)  # before anything is built or written
     run = Run(cfg, out, progress)
     stop = StopAfterRound() if cfg.checkpoint_every else nullcontext()
-    began, longest, paused = time.perf_counter(), 0.0, False
     try:
         if overwrite and not resume:
             clear_out(out)

@@ -420,7 +420,7 @@ def run_jobs(
             verb = "continued" if job.resume else "done" if job.spec.study else "final"
             if result.get("paused"):  # stop_after: the next invocation continues it
                 verb, paused = ("continued, then" if job.resume else ""), paused + 1
-            echo(f"{what}: {verb} {result['line']}".replace(":  ", ": "))
+            echo(f"{what}: {verb} {result['line']}" if verb else f"{what}: {result['line']}")
     if paused:
         echo(f"{paused} run(s) paused or not started in time: the same command continues them")
     return errors

@@ -17,9 +17,10 @@
 # slice). The slice ends by packing FOLDER into $OUT/slice.tar (OUT: the device tool's
 # folder that comes back; default .), which this machine unpacks where the slice ran from
 # (the repository root, for the device tool):   tar xf FILES_AT/slice.tar
-# Options before SECONDS: --wheels DIR (the wheels gpu_check.sh names, for an image without
-# them), --margin S (default 30: packing and the last round's slack). PYTHON: the interpreter
-# (default python3 with the repository on PYTHONPATH; .venv/bin/python where set up).
+# Options before SECONDS: --wheels DIR (default: scripts/gpu-wheels, installed where the
+# interpreter lacks tomli_w, as gpu_check.sh does), --margin S (default 30: packing and the
+# last round's slack). PYTHON: the interpreter (default python3 with the repository on
+# PYTHONPATH; .venv/bin/python where set up).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)  # FOLDER stays relative to where it is called from
 
@@ -51,6 +52,8 @@ fi
 source "$ROOT/scripts/wheels.sh"
 if [ -n "$WHEELS" ]; then
     install_wheels "$WHEELS" || exit 2
+elif ! "$PYTHON" -c "import tomli_w" 2>/dev/null; then
+    install_wheels || exit 2  # the committed ones (scripts/gpu-wheels), as gpu_check.sh does
 fi
 repository_on_path "$ROOT"
 

@@ -6,6 +6,7 @@ perturbed run fails; without a CUDA GPU the CUDA check refuses in one line with 
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -173,12 +174,121 @@ def test_without_cuda_the_cuda_check_refuses_in_one_line(gpu_check, capsys):
     assert proc.stderr.count("\n") == 1 and "needs a CUDA GPU" in proc.stderr
 
 
+# ------------------------------------------------------------------ the image and its rehearsal
+
+WHEELS = ROOT / "scripts" / "gpu-wheels"
+IMAGE_LACKS = ["flwr", "ray", "opacus", "tomli_w", "quadprog"]
+
+
+def _wheels_sh(script: str, python: str, site: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": python, "GPU_CHECK_SITE": str(site)}
+    cmd = f"source {ROOT / 'scripts' / 'wheels.sh'} && {script}"
+    return subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """The rehearsal's environment, built from this interpreter's packages."""
+    folder = tmp_path_factory.mktemp("rehearsal")
+    build = [sys.executable, str(ROOT / "scripts" / "rehearse_env.py"), str(folder / "env")]
+    proc = subprocess.run(build, capture_output=True, text=True, check=True)
+    return folder, proc.stdout.splitlines()
+
+
+def _finds(python: str, modules: list[str], pythonpath: str = "") -> dict[str, bool]:
+    code = "import importlib.util as u, json, sys; "
+    code += "print(json.dumps([u.find_spec(m) is not None for m in sys.argv[1:]]))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"PYTHONPATH": pythonpath} if pythonpath else {})
+    out = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, env=env)
+    return dict(zip(modules, json.loads(out.stdout)))
+
+
+def test_the_committed_wheels_are_the_pinned_ones_and_match_their_sums():
+    """Every wheel gpu_check installs on the image is listed with its SHA-256, at the version
+    scripts/wheels.sh pins and, where the lock pins it too, the lock's."""
+    import hashlib
+
+    sums = dict(ln.split()[::-1] for ln in (WHEELS / "SHA256SUMS").read_text().splitlines())
+    assert set(sums) == {p.name for p in WHEELS.glob("*.whl")}
+    for name, digest in sums.items():
+        assert hashlib.sha256((WHEELS / name).read_bytes()).hexdigest() == digest, name
+    pinned = _wheels_sh('printf "%s\\n" "${WHEELS_PINNED[@]}"', sys.executable, ROOT).stdout
+    pins = {ln.split("==")[0].replace("-", "_"): ln.split("==")[1] for ln in pinned.split()}
+    shipped = {n.split("-")[0]: n.split("-")[1] for n in sums}
+    assert shipped == pins
+    lock = (ROOT / "requirements-lock.txt").read_text().splitlines()
+    for line in lock:
+        name, _, version = line.partition("==")
+        if name.replace("-", "_") in pins:
+            assert pins[name.replace("-", "_")] == version, line
+
+
+def test_the_rehearsal_has_the_images_packages_and_none_of_what_it_lacks(rehearsal):
+    folder, printed = rehearsal
+    python = printed[0]
+    assert Path(python) == folder / "env" / "bin" / "python"
+    found = _finds(python, [*IMAGE_LACKS, "torch", "numpy", "torchmetrics", "skimage", "pytest"])
+    assert not any(found[m] for m in IMAGE_LACKS), found
+    assert all(found[m] for m in ("torch", "numpy", "torchmetrics", "skimage", "pytest")), found
+    assert printed[1].startswith("rehearsal differs from the image: python ")
+
+
+def test_install_wheels_checks_the_sums_and_takes_this_interpreters_wheels(rehearsal, tmp_path):
+    _, printed = rehearsal
+    site = tmp_path / "site"
+    proc = _wheels_sh('install_wheels && echo "$PYTHONPATH"', printed[0], site)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1].split(":")[0] == str(site)
+    found = _finds(printed[0], ["tomli_w", "opacus", "multiprocess", "pfl", "flwr"], str(site))
+    assert found == {
+        "tomli_w": True,
+        "opacus": True,
+        "multiprocess": True,
+        "pfl": True,
+        "flwr": False,
+    }
+    assert not (site / "benchmarks").exists()  # opacus's own would shadow the repository's
+    tampered = tmp_path / "wheels"
+    tampered.mkdir()
+    for p in WHEELS.iterdir():
+        (tampered / p.name).write_bytes(p.read_bytes())
+    with open(tampered / "tomli_w-1.2.0-py3-none-any.whl", "ab") as f:
+        f.write(b"\0")
+    proc = _wheels_sh(f"install_wheels {tampered}", printed[0], tmp_path / "site2")
+    assert proc.returncode == 2 and "does not match its SHA256SUMS" in proc.stderr
+    assert not (tmp_path / "site2").exists()
+
+
+def test_the_rehearsal_runs_a_part_in_the_images_environment(tmp_path):
+    """``gpu_check.sh --rehearse`` end to end on one part: the wheels installed as on the
+    image (tomli-w, which every run needs to write its config), the CPU standing in."""
+    cmd = ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--rehearse", str(tmp_path / "env")]
+    cmd += ["--only", "conformance", "--filter", "fedavg", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "rehearsal differs from the image: python" in proc.stderr
+    rows = _rows(proc.stdout)
+    assert {k: v[0] for k, v in rows.items()} == {
+        ("conformance: fedavg", "sequential"): "pass",
+        ("conformance: fedavg", "vmap"): "pass",
+    }
+    assert (tmp_path / "env" / "wheels-site" / "tomli_w").is_dir()
+
+
 @pytest.mark.slow
-def test_every_part_runs_on_the_cpu(gpu_check, tmp_path, capsys):
-    """The whole check at --quick on the CPU (minutes: the presets at --scale ci)."""
-    code = gpu_check.main(["--device", "cpu", "--quick", "--out", str(tmp_path)])
-    out = capsys.readouterr().out
-    rows = _rows(out)
-    assert code == 0, [r for r in rows.items() if r[1][0] == "FAIL"]
+def test_the_rehearsal_runs_every_part_on_the_cpu(tmp_path):
+    """``bash scripts/gpu_check.sh --rehearse``: every part in the image's environment, the
+    CPU standing in for CUDA (minutes: the presets at --scale ci)."""
+    cmd = ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--rehearse", str(tmp_path / "env")]
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env
+    )
+    rows = _rows(proc.stdout)
+    assert proc.returncode == 0, [r for r in rows.items() if r[1][0] == "FAIL"]
     checks = {check.split(":")[0].split(" ")[0] for check, _ in rows}
-    assert {"conformance", "determinism", "fedretain", "preset", "speed"} <= checks
+    assert {"conformance", "determinism", "pytest", "fedretain", "preset", "speed"} <= checks
+    passed = {check for check, _ in rows if rows[(check, _)][0] == "pass"}
+    assert any(c.startswith("pytest -m cuda: tests/engines/test_deterministic.py") for c in passed)

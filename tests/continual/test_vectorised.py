@@ -161,12 +161,12 @@ def unwrapped(v: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", ["fedcil", "fedavg+dgr", "fedlwf2t"])
-def test_cuda_vectorised_continual_runs_match_the_cpu_reference(name):
+def test_cuda_vectorised_continual_runs_match_the_cpu_reference(name, gpu):
     """On a GPU the vectorised continual round gives the CPU's sequential numbers (float64:
     the computation, not float32 rounding, is compared)."""
     keys = {**CONTINUAL, **METHODS[name], "precision": "fp64"}
     cpu_state, _, cpu_losses = run({**keys, "engine": "sequential"})
-    gpu_state, gpu, gpu_losses = run({**keys, "engine": "vmap", "device": "cuda"})
-    assert isinstance(gpu.engine, VmapEngine) and gpu.device.type == "cuda"
+    gpu_state, gpu_run, gpu_losses = run({**keys, "engine": "vmap", "device": gpu})
+    assert isinstance(gpu_run.engine, VmapEngine) and gpu_run.device.type == gpu
     assert max_diff(cpu_state, gpu_state) < 1e-9
     assert gpu_losses == pytest.approx(cpu_losses, rel=1e-9)

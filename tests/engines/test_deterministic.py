@@ -185,11 +185,11 @@ def _metrics(path):
     "model",
     [{"model": "mlp", "model.hidden": [16]}, {"model": "lenet-dlg", "model.activation": "relu"}],
 )
-def test_a_cuda_run_repeats_its_numbers(tmp_path, torch_modes, engine, model):
+def test_a_cuda_run_repeats_its_numbers(tmp_path, torch_modes, engine, model, gpu):
     """The same config run twice on the GPU: the same metrics.jsonl, bit for bit (cuBLAS in
     the MLP, cuDNN's convolutions in the LeNet)."""
     keys = {k: v for k, v in SMALL.items() if not k.startswith("model")}
-    cfg = {**keys, **model, "device": "cuda", "engine": engine, "algorithm": "scaffold"}
+    cfg = {**keys, **model, "device": gpu, "engine": engine, "algorithm": "scaffold"}
     for name in ("a", "b"):
         before = _modes()
         run_experiment(make_config(cfg), tmp_path / name, progress=False)

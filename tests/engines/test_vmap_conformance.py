@@ -182,11 +182,11 @@ def test_compile_mode_reaches_torch_compile_and_is_checked(monkeypatch):
 
 
 @pytest.mark.cuda
-def test_cuda_graphs_match_the_cpu_reference():
+def test_cuda_graphs_match_the_cpu_reference(real_gpu):
     """``engine.compile_mode=reduce-overhead`` on CUDA (each step replayed as a CUDA graph,
     chunks of 2, 2 and 1 replaying over one memory pool) gives the CPU's numbers."""
     cpu_state, _ = _run({"algorithm": "scaffold", "engine": "sequential"}, rounds=2)
-    overrides = {"engine.compile_mode": "reduce-overhead", "device": "cuda"}
+    overrides = {"engine.compile_mode": "reduce-overhead", "device": real_gpu}
     gpu_state, _ = _run({"algorithm": "scaffold", "engine": "vmap", **overrides}, rounds=2)
     to_cpu = {
         k: {n: v.cpu() for n, v in t.items()} if isinstance(t, dict) else t.cpu()
@@ -197,11 +197,11 @@ def test_cuda_graphs_match_the_cpu_reference():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("engine", ["sequential", "vmap"])
-def test_cuda_engines_match_the_cpu_reference(engine):
+def test_cuda_engines_match_the_cpu_reference(engine, gpu):
     """``device=cuda`` runs unchanged: the GPU's numbers equal the CPU's to float tolerance."""
     cpu_state, _ = _run({"algorithm": "scaffold", "engine": "sequential"}, rounds=2)
-    gpu_state, gpu = _run({"algorithm": "scaffold", "engine": engine, "device": "cuda"}, rounds=2)
-    assert gpu.device.type == "cuda" and gpu_state["x"][next(iter(gpu_state["x"]))].is_cuda
+    gpu_state, run = _run({"algorithm": "scaffold", "engine": engine, "device": gpu}, rounds=2)
+    assert run.device.type == gpu and gpu_state["x"][next(iter(gpu_state["x"]))].device.type == gpu
     to_cpu = {
         k: {n: v.cpu() for n, v in t.items()} if isinstance(t, dict) else t.cpu()
         for k, t in gpu_state.items()

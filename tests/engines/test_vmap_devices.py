@@ -171,10 +171,10 @@ def test_unset_devices_keep_one_device():
 
 
 @pytest.mark.cuda
-def test_all_gpus_equal_the_plain_cuda_run():
+def test_all_gpus_equal_the_plain_cuda_run(real_gpu):
     """``engine.devices=all`` on a GPU machine: the plain ``device=cuda`` run's numbers (one GPU:
     the same chunks on the same device; several: up to summation order)."""
-    extra = {"algorithm": "scaffold", "engine": "vmap", "device": "cuda"}
+    extra = {"algorithm": "scaffold", "engine": "vmap", "device": real_gpu}
     plain, _ = _run(extra, rounds=2)
     split, rounds = _run({**extra, "engine.devices": "all"}, rounds=2)
     count = torch.cuda.device_count()

@@ -13,6 +13,9 @@ no module pins a device of its own. The rule, over every module of ``fedretain/`
 except a host copy that goes straight to numpy or Python (``.cpu()`` or ``.to("cpu", ...)``
 immediately followed by ``.numpy()``, ``.tolist()`` or ``.item()``), and except in the modules
 of :data:`ALLOWED`, where placing on a device is their job (each entry says why).
+
+This reads the source only: a tensor made without naming a device (torch's default, the host)
+that then meets the run's is found at run time by tests/test_device_mixing.py.
 """
 
 from __future__ import annotations

@@ -5,10 +5,15 @@ the CPU standing in for it where ``FEDRETAIN_CUDA_STANDIN=cpu`` (gpu_check's reh
 runs them on a CPU to find what would fail before the first GPU minute is spent)."""
 
 import os
+import tempfile
 
 import pytest
 import torch
 from hypothesis import settings
+
+# datasets a developer fetched with `fedretain data get` (read without data_dir) stay out of the
+# suite: it sees an empty folder of its own
+os.environ["FEDRETAIN_DATA_HOME"] = tempfile.mkdtemp(prefix="fedretain-test-data-")
 
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):

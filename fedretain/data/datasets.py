@@ -1,18 +1,20 @@
 """The dataset registry: every dataset fedretain can load, by name, and how to load it.
 
-Nothing is ever downloaded: each loader reads files already on disk (or, for ``digits`` and
-``synthetic``, needs none). :func:`load_dataset` checks the name and parameters, picks the
-default folder when none is given, and calls the loader; :data:`DATASETS` lists them with a
-description and where to get the files.
+Nothing is downloaded here: each loader reads files already on disk (or, for ``digits`` and
+``synthetic``, needs none); ``fedretain data get NAME`` (:mod:`fedretain.data.fetch`) is the
+one command that fetches them. :func:`load_dataset` checks the name and parameters, picks the
+default folder when none is given (the registry's, else the one ``data get`` fills, when it
+exists), and calls the loader; :data:`DATASETS` lists them with a description and where to get
+the files.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fedretain.data import cifar, digits, folders, idx, leaf, synthetic
+from fedretain.data import cifar, digits, fetch, folders, idx, leaf, synthetic
 from fedretain.data.base import Dataset
-from fedretain.errors import DataError
+from fedretain.errors import ConfigError, DataError
 from fedretain.registry import Registry
 
 # meta: default_dir (the folder read when data_dir is empty), how_to_get (where the files come
@@ -101,7 +103,29 @@ def load_dataset(name: str, data_dir: str | Path | None = None, **params: object
         path = Path(data_dir).expanduser() if data_dir is not None else None
         return info.factory(path, **checked)
     if data_dir is None or str(data_dir) == "":
-        data_dir = info.meta.get("default_dir")
+        data_dir = default_folder(name)
     if data_dir is None:
-        raise DataError(f"dataset {name} needs data_dir=FOLDER; {info.meta['how_to_get']}")
+        get = f" or `fedretain data get {name}`" if name in fetch.SOURCES else ""
+        raise DataError(f"dataset {name} needs data_dir=FOLDER{get}; {info.meta['how_to_get']}")
     return info.factory(Path(data_dir).expanduser(), **checked)
+
+
+def default_folder(name: str) -> str | None:
+    """Where dataset ``name`` is read without a ``data_dir``: the registry's folder for it,
+    else the one ``fedretain data get`` fills when that exists; None when neither is there."""
+    own = DATASETS.get(name).meta.get("default_dir")
+    fetched = fetch.fetched_dir(name)
+    if (own is None or not Path(own).exists()) and fetch.present_in(name, fetched):
+        return str(fetched)
+    return own
+
+
+def fetch_source(name: str) -> fetch.Source:
+    """What ``fedretain data get NAME`` fetches, or a ConfigError saying why it fetches
+    nothing for ``name`` (no files needed; none it can get: how to get them by hand)."""
+    if name in fetch.SOURCES:
+        return fetch.SOURCES[name]
+    info = DATASETS.get(name)  # a ConfigError naming the datasets for an unknown name
+    if not info.meta.get("needs_files", True):
+        raise ConfigError(f"dataset {name} needs no files: nothing to get")
+    raise ConfigError(f"fedretain cannot get dataset {name} by itself; {info.meta['how_to_get']}")

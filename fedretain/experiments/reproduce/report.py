@@ -14,6 +14,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from fedretain.data.fetch import SOURCES
 from fedretain.experiments.presets import Plan, slug
 from fedretain.experiments.reproduce.claims import claims_section
 from fedretain.experiments.reproduce.figures import curves_figure, extra_plots, sweep_section
@@ -136,7 +137,11 @@ def heading_lines(section: Section, results: Results) -> list[str]:
     if data.missing:
         lines += [f"**Not run: the data are missing.** {data.missing}", ""]
         lines.append(
-            "Then run the command above with `--data-dir FOLDER` (the folder holding the files)."
+            f"Get them with `fedretain data get {data.paper}` (the command above then finds "
+            "them), or run the command above with `--data-dir FOLDER` (the folder holding them)."
+            if data.paper in SOURCES
+            else "Then run the command above with `--data-dir FOLDER` (the folder holding the "
+            "files)."
         )
         lines.append("")
     elif data.note and plan.base.get("dataset") == data.name:

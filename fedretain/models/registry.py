@@ -12,10 +12,12 @@ from torch.func import functional_call
 
 from fedretain.errors import ConfigError, unknown_choice
 from fedretain.models._common import ProjectedModel, check_int, check_num_classes
+from fedretain.models.densenet import densenet121
 from fedretain.models.fixup import resnet9
 from fedretain.models.resnet import resnet18, resnet20
 from fedretain.models.simple import cnn, cnn2, cnn_fedavg, lenet5, lenet_dlg, mlp
 from fedretain.models.vgg import vgg11
+from fedretain.models.vit import vit
 from fedretain.registry import Registry
 
 # every model also takes projection=P (> 0): MOON's projection head of this output size
@@ -42,6 +44,16 @@ MODELS.add(
 )
 MODELS.add(
     "resnet20", resnet20, "CIFAR ResNet-20 (He et al. 2016, option A), 0.27M params (GradMA)"
+)
+MODELS.add(
+    "densenet121",
+    densenet121,
+    "DenseNet-121 (Huang et al. 2017), BatchNorm by default, 7.0M params on 2 classes (FedReg)",
+)
+MODELS.add(
+    "vit",
+    vit,
+    "vision transformer, ViT-B/16 by default (86.6M params), pre-trained weights from a file",
 )
 
 

@@ -39,8 +39,10 @@ CASES = [
     ("resnet20", CIFAR, {"norm": "none"}),
     ("resnet20", TINY, {"norm": "group"}),
     ("resnet20", CIFAR, {"norm": "group", "shortcut": "b"}),
+    ("densenet121", CIFAR, {"norm": "group", "groups": 4, "pool": "flatten"}),  # FedReg's CT
+    ("vit", CIFAR, {"patch": 8, "dim": 32, "depth": 2, "heads": 4, "size": 32}),
 ]
-BATCHNORM = ["vgg11", "resnet9", "resnet18", "resnet20"]
+BATCHNORM = ["vgg11", "resnet9", "resnet18", "resnet20", "densenet121"]
 
 
 def _id(case: tuple) -> str:
@@ -90,7 +92,7 @@ def test_registry_names_and_infos():
     # kind() loads every provider: the zoo's models and FedCIL's ACGAN (fedretain.continual.zoo)
     assert set(kind("model")) == {
         "mlp", "cnn", "cnn2", "cnn-fedavg", "lenet5", "lenet-dlg", "vgg11", "resnet9", "resnet18",
-        "resnet20", "acgan",
+        "resnet20", "densenet121", "vit", "acgan",
     }  # fmt: skip
     for name, info in MODELS.items():
         assert isinstance(info, Entry)
@@ -109,6 +111,9 @@ def test_model_params():
         assert model_params(name) == {"norm": "group", "groups": 2, **common}
     assert model_params("resnet9") == {"norm": "none", "groups": 2, **common}
     assert model_params("resnet20") == {"norm": "group", "groups": 2, "shortcut": "a", **common}
+    assert model_params("densenet121") == {"norm": "batch", "groups": 32, "pool": "avg", **common}
+    vit = {"patch": 16, "dim": 768, "depth": 12, "heads": 12, "mlp_ratio": 4, "size": 224}
+    assert model_params("vit") == {**vit, "weights": "", **common}
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
@@ -422,6 +427,23 @@ def test_parameter_counts():
         assert _count(build_model("resnet18", CIFAR, 10, norm=norm)) == 11_173_962
         assert _count(build_model("resnet20", CIFAR, 10, norm=norm)) == 269_722
     assert _count(build_model("resnet9", CIFAR, 10)) == 6_568_650 + 23  # convs+fc, Fixup scalars
+
+    # DenseNet-121 (Huang et al. 2017, Table 1) as torchvision's densenet121: 7,978,856 with
+    # 1,000 classes; FedReg's CT images have 2. ViT-B/16 and ViT-S/16 as timm's
+    imagenet = (3, 224, 224)
+    assert _count(build_model("densenet121", imagenet, 1000)) == 7_978_856
+    assert _count(build_model("densenet121", imagenet, 2)) == 7_978_856 - 1024 * 998 - 998
+    # FedReg's CT model (its densenet_norm_.py): GroupNorm(4), no pooling, Linear(1024*7*7, 2)
+    fedreg_ct = build_model("densenet121", imagenet, 2, norm="group", groups=4, pool="flatten")
+    assert _count(fedreg_ct) == 7_978_856 - 1024 * 1000 - 1000 + 1024 * 49 * 2 + 2
+    assert _count(build_model("vit", imagenet, 1000)) == 86_567_656  # vit_base_patch16_224
+    assert _count(build_model("vit", imagenet, 1000, dim=384, heads=6)) == 22_050_664  # small
+    # FedReg's CIFAR-100 transformer: ViT-B/32 at 384x384 (vision-transformer-pytorch's
+    # ViT-B_32), 100 classes: 12 blocks of (2 LayerNorms, qkv, proj, two MLP layers)
+    d, tokens = 768, (384 // 32) ** 2 + 1
+    block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    b32 = (3 * 32 * 32 * d + d) + d + tokens * d + 12 * block + 2 * d + (d * 100 + 100)
+    assert _count(build_model("vit", imagenet, 100, patch=32, size=384)) == b32
 
 
 def test_cnn_fedavg_matches_reference_sequential():

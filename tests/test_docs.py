@@ -115,3 +115,39 @@ def test_layout_walks_nested_packages_and_marks_missing_docstrings(hook, tmp_pat
     assert long_row.startswith("| `long.py` | Uses `Thing`, e.g. Alpha, and `x \\| y` with many")
     assert long_row.endswith("… |") and len(long_row) < 20 + hook.SUMMARY_CHARS
     assert "second sentence" not in table
+
+
+@pytest.fixture(scope="module")
+def results_hook():
+    spec = importlib.util.spec_from_file_location("results_hook", DOCS / "hooks" / "results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_committed_report_is_a_page_with_its_plots(results_hook):
+    reports = results_hook.reports()
+    assert Path("results/demo/report.md") in reports and len(reports) >= 10
+    files = results_hook.report_files()
+    for report in reports:
+        text = (ROOT / report).read_text()
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+            assert report.parent / image in files and (ROOT / report.parent / image).is_file()
+    nav = [{"Home": "index.md"}, {"Reproducing the papers": "reproduce.md"}, {"Layout": "x.md"}]
+    results_hook.on_config({"nav": nav})
+    assert list(nav[2]) == ["Reports"] and list(nav[3]) == ["Layout"]
+    assert [next(iter(e.values())) for e in nav[2]["Reports"]] == [r.as_posix() for r in reports]
+
+
+def test_the_home_page_and_the_ledger_link_to_the_report_pages():
+    home = (DOCS / "index.md").read_text()
+    assert "](results/demo/report.md)" in home and "](claims.md)" in home
+    for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", home):
+        assert (ROOT / image).is_file(), image
+    ledger = (DOCS / "claims.md").read_text()
+    for report in re.findall(r"`(results/[a-z0-9-]+/report\.md)`", ledger):
+        assert f"[`{report}`]({report})" in ledger
+    nav = re.findall(r":\s*([\w/-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    for page in nav:
+        if not page.startswith(("api/", "index")):
+            assert f"]({page})" in home, page  # the home page lists every page

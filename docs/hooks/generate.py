@@ -243,7 +243,15 @@ def _anchor(package: Path, root: Path) -> str:
     return re.sub(r"[^\w-]", "", package.relative_to(root.parent).as_posix()).lower()
 
 
+def claims() -> str:
+    """The claims ledger's counts per paper, from the committed reports' claims.json."""
+    from fedretain.experiments.reproduce.ledger import ledger_counts
+
+    return ledger_counts(DOCS.parent / "results")
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "claims": claims,
     "settings": settings,
     "algorithms": algorithms,
     "datasets": datasets,

@@ -62,6 +62,31 @@ def verdict_of(claim: dict[str, Any]) -> str:
     return claim["verdict"] if claim["verdict"] in VERDICTS else NOT_RUN
 
 
+def page_link(report: str) -> str:
+    """A report's path as a link to its page of the documentation site (docs/hooks/results.py
+    renders ``results/<preset>/report.md`` there)."""
+    return f"[`{report}`]({report})"
+
+
+def counts_table(papers: dict[str, list]) -> list[str]:
+    """The markdown table of each paper's claims by verdict, and their total."""
+    rows = []
+    totals = dict.fromkeys(VERDICTS, 0)
+    for paper, claims in papers.items():
+        counts = dict.fromkeys(VERDICTS, 0)
+        for _, claim in claims:
+            counts[verdict_of(claim)] += 1
+        totals = {k: totals[k] + counts[k] for k in totals}
+        rows.append([paper, str(len(claims)), *(str(counts[v]) for v in VERDICTS)])
+    rows.append(["all", str(sum(totals.values())), *(str(totals[v]) for v in VERDICTS)])
+    return table(["paper", "claims", *VERDICTS], rows)
+
+
+def ledger_counts(folder: Path) -> str:
+    """:func:`counts_table` of the reports under ``folder`` (the home page shows it)."""
+    return "\n".join(counts_table(papers_of(reports_in(folder))))
+
+
 def ledger(folder: Path) -> str:
     """The ledger page of the reports under ``folder``."""
     reports = reports_in(folder)
@@ -85,19 +110,11 @@ def ledger(folder: Path) -> str:
         "## Counts per paper",
         "",
     ]
-    rows = []
-    totals = dict.fromkeys(VERDICTS, 0)
-    for paper, claims in papers.items():
-        counts = dict.fromkeys(VERDICTS, 0)
-        for _, claim in claims:
-            counts[verdict_of(claim)] += 1
-        totals = {k: totals[k] + counts[k] for k in totals}
-        rows.append([paper, str(len(claims)), *(str(counts[v]) for v in VERDICTS)])
-    rows.append(["all", str(sum(totals.values())), *(str(totals[v]) for v in VERDICTS)])
-    lines += [*table(["paper", "claims", *VERDICTS], rows), ""]
+    lines += [*counts_table(papers), ""]
     lines += ["## The reports", ""]
     rows = [
-        [f"`{r['report']}`", r["title"], r["scale"], str(r["seeds"]), r["data"]] for r in reports
+        [page_link(r["report"]), r["title"], r["scale"], str(r["seeds"]), r["data"]]
+        for r in reports
     ]
     lines += [*table(["report", "title", "scale", "seeds", "data"], rows), ""]
     earlier = earlier_reports(folder)
@@ -121,7 +138,8 @@ def ledger(folder: Path) -> str:
             holm = {True: "yes", False: "no", None: "-"}[claim.get("holm")]
             rows.append(
                 [
-                    f"`{report['preset']}` ({report['scale']}, {report['data']})",
+                    f"[`{report['preset']}`]({report['report']}) ({report['scale']}, "
+                    f"{report['data']})",
                     claim["claim"],
                     f"**{verdict}**" + (f": {why}" if why else ""),
                     claim.get("seeds_agreeing", ""),

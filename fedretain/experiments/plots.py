@@ -83,6 +83,42 @@ def plot_curves(
     plt.close(fig)
 
 
+def plot_panels(runs: Sequence[Run], path: str | Path, reference: str, title: str = "") -> None:
+    """Small multiples of :func:`plot_curves`' accuracy over rounds: one panel per run, in its
+    colour and marker with its band of ± one standard deviation, over ``reference``'s curve
+    (black, dashed; its band too), the axes shared, so that methods whose curves lie on top of each
+    other in one plot can each be seen against the same baseline."""
+    cols = 3
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(9.6, 2.6 * rows), sharex=True, sharey=True, squeeze=False
+    )
+    base = dict(runs).get(reference, [])
+    for i, ax in enumerate(axes.flat):
+        if i >= len(runs):
+            ax.axis("off")
+            continue
+        label, records = runs[i]
+        look = style(i, len(records))
+        if base and label != reference:
+            xs, ys = [r["round"] for r in base], [r["test_accuracy"] for r in base]
+            ax.plot(xs, ys, color="black", linewidth=1.1, linestyle=(0, (4, 2)), label=reference)
+            band(ax, xs, ys, [r.get("test_accuracy_std", 0.0) for r in base], "black")
+        xs, ys = [r["round"] for r in records], [r["test_accuracy"] for r in records]
+        ax.plot(xs, ys, label=label, **look)
+        band(ax, xs, ys, [r.get("test_accuracy_std", 0.0) for r in records], look["color"])
+        ax.set_title(label, fontsize=9)
+        ax.grid(alpha=0.3)
+        if i % cols == 0:
+            ax.set_ylabel("test accuracy")
+        if i >= len(runs) - cols:
+            ax.set_xlabel("round")
+    if title:
+        fig.suptitle(title)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
 def band(
     ax: Any, xs: Sequence[float], ys: Sequence[float], sd: Sequence[float], color: str
 ) -> None:

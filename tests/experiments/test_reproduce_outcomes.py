@@ -54,3 +54,27 @@ def test_every_line_of_a_plot_has_its_own_colour_and_marker(tmp_path):
     path = tmp_path / "a.png"
     plot_curves([("FedAvg", records), ("FedProx", records)], path, stopped=[("x", records[:3])])
     assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_crowded_curves_also_get_one_panel_per_method_over_fedavg(tmp_path):
+    """More than five methods on one axis: the report adds small multiples, each method over
+    FedAvg's curve, every panel's axes shared (the committed demo shows nine)."""
+    import matplotlib.pyplot as plt
+
+    from fedretain.experiments import plots
+
+    records = [{"round": r, "test_accuracy": 0.1 * r, "test_accuracy_std": 0.01} for r in range(5)]
+    runs = [(name, records) for name in ("SGD", "FedAvg", "FedProx", "A", "B", "C", "D")]
+    drawn = []
+    real = plots.save_figure
+    plots.save_figure = lambda fig, path: (drawn.append(fig), real(fig, path))
+    try:
+        plots.plot_panels(runs, tmp_path / "p.png", "FedAvg", title="t")
+    finally:
+        plots.save_figure = real
+    axes = drawn[0].axes
+    assert len(axes) == 9 and [a.get_title() for a in axes[:7]] == [n for n, _ in runs]
+    assert not axes[7].axison and not axes[8].axison  # the empty places of the 3x3 grid
+    assert [len(a.get_lines()) for a in axes[:3]] == [2, 1, 2]  # FedAvg's own panel: itself
+    assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
+    plt.close("all")

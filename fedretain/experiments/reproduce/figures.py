@@ -106,6 +106,10 @@ def curve_plot(
     return image(alt, path, caption)
 
 
+CROWDED = 5  # more methods than this on one axis: also one panel per method
+PANEL_REFERENCE = "FedAvg"  # the baseline drawn in every panel
+
+
 def curves_figure(
     results: Results, setting: str, methods: list[str], x: str, path: Path, alt: str
 ) -> list[str]:
@@ -115,7 +119,20 @@ def curves_figure(
     stopped = [s for m in results.plan.methods(setting) for s in results.stopped(setting, m)]
     if not (curves or stopped):
         return []
-    return curve_plot(curves, stopped, path, x, alt, setting)
+    lines = curve_plot(curves, stopped, path, x, alt, setting)
+    names = [m for m, _ in curves]
+    if x == "round" and len(curves) > CROWDED and PANEL_REFERENCE in names:
+        from fedretain.experiments.plots import plot_panels
+
+        panels = path.with_name(path.name.replace("accuracy-", "accuracy-panels-", 1))
+        plot_panels(curves, panels, PANEL_REFERENCE, title=setting)
+        lines += image(
+            f"accuracy over rounds, one panel per method, {setting}",
+            panels,
+            f"The same curves, one panel per method over {PANEL_REFERENCE}'s (black, dashed); "
+            "bands: ± one standard deviation over the seeds.",
+        )
+    return lines
 
 
 def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:

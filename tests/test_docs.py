@@ -14,12 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 
-@pytest.fixture(scope="module")
-def hook():
-    spec = importlib.util.spec_from_file_location("docs_hook", DOCS / "hooks" / "generate.py")
+def _load_hook(name: str):
+    """One of docs/hooks/, as MkDocs loads it (a file, not a package module)."""
+    spec = importlib.util.spec_from_file_location(f"docs_{name}", DOCS / "hooks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def hook():
+    return _load_hook("generate")
 
 
 def test_every_page_of_the_navigation_exists_and_every_marker_is_known(hook):
@@ -119,10 +124,7 @@ def test_layout_walks_nested_packages_and_marks_missing_docstrings(hook, tmp_pat
 
 @pytest.fixture(scope="module")
 def results_hook():
-    spec = importlib.util.spec_from_file_location("results_hook", DOCS / "hooks" / "results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _load_hook("results")
 
 
 def test_every_committed_report_is_a_page_with_its_plots(results_hook):

@@ -56,6 +56,8 @@ while [ $# -gt 0 ]; do
 done
 
 if [ -n "$REHEARSE" ]; then
+    # nothing of the calling environment's packages: only the image's, then the wheels
+    unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE
     builder=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
     mapfile -t built < <("$builder" scripts/rehearse_env.py "$REHEARSE")
     PYTHON=${built[0]:?the rehearsal environment was not built}

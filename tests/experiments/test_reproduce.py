@@ -47,7 +47,14 @@ def plan_of(name: str, data_dirs: list[str] | None = None):
     return entry.factory("ci", [0], data), data
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+# presets whose whole ci plan runs behind `slow`: demo-tune's 120 runs (1.5 min) run on a
+# reduced grid in tests/experiments/test_tuning.py, and in full in gpu_check's presets part
+SLOW_AT_CI = {"demo-tune"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_AT_CI else n for n in PRESETS]
+)
 def test_every_preset_runs_at_ci_and_reports_every_claim(ci, name):
     out = ci(name)
     text = (out / "report.md").read_text()

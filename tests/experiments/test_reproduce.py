@@ -15,7 +15,6 @@ from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES, Data
 from fedretain.experiments.privacy import table_rows
 from fedretain.experiments.reproduce import as_args, preset_names, reproduce, resolve_data
-from fedretain.experiments.reproduce.jobs import plan_section
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
 from fedretain.recipe.config import load_config
@@ -220,24 +219,6 @@ def test_cifar_presets_without_files_say_what_is_missing(tmp_path):
 
 
 @pytest.mark.skipif(not FMNIST, reason="apt-get install dataset-fashion-mnist")
-def test_parallel_jobs_report_a_failed_run_and_finish_the_others(tmp_path, capsys):
-    out = tmp_path / "par"
-    broken = out / "e-10" / "fedavg" / "seed0" / "checkpoint"
-    broken.mkdir(parents=True)
-    (broken / "meta.json").write_text("{")  # a corrupt checkpoint: that run fails
-    code = main(["reproduce", "fedcurv-table1", "--out", str(out), "--scale", "ci", "--jobs", "2"])
-    assert code == 1  # the report is written, but a run failed
-    text = (out / "report.md").read_text()
-    assert "## Runs that failed" in text and "e-10/fedavg/seed0" in text
-    runs = len(plan_section("fedcurv-table1", out, "ci", None, [], [], out, False).jobs)
-    assert f"Runs: {runs - 1} of {runs} finished" in text
-    captured = capsys.readouterr()
-    assert "1 run(s) failed" in captured.out
-    assert captured.err.count("\n") == 1 and "1 run(s) failed and 0 diverged" in captured.err
-    status = json.loads((broken.parent / "status.json").read_text())
-    assert status["state"] == "failed" and "checkpoint" in status["error"]
-
-
 def test_list_and_bad_names(capsys, tmp_path):
     assert main(["reproduce", "--list"]) == 0
     listed = capsys.readouterr().out

@@ -1,14 +1,16 @@
-"""`fedretain reproduce`: what became of each run is kept with it; ranks by the seeds' spread;
-plots that keep every line in sight."""
+"""`fedretain reproduce`: what became of each run is kept with it (a failed run among parallel
+jobs too); ranks by the seeds' spread; plots that keep every line in sight."""
 
 from __future__ import annotations
 
 import itertools
 import json
 
+from fedretain.cli import main
 from fedretain.experiments.plots import plot_curves, style
 from fedretain.experiments.presets import RunSpec
 from fedretain.experiments.reproduce import Job, job_state, outcomes_of, run_jobs
+from fedretain.experiments.reproduce.jobs import plan_section
 from fedretain.recipe.config import load_config
 
 TINY = ["dataset=digits", "clients=4", "clients_per_round=2", "rounds=3", "model=mlp"]
@@ -78,3 +80,21 @@ def test_crowded_curves_also_get_one_panel_per_method_over_fedavg(tmp_path):
     assert [len(a.get_lines()) for a in axes[:3]] == [2, 1, 2]  # FedAvg's own panel: itself
     assert (tmp_path / "p.png").read_bytes().startswith(b"\x89PNG")
     plt.close("all")
+
+
+def test_parallel_jobs_report_a_failed_run_and_finish_the_others(tmp_path, capsys):
+    out = tmp_path / "par"
+    broken = out / "e-10" / "fedavg" / "seed0" / "checkpoint"
+    broken.mkdir(parents=True)
+    (broken / "meta.json").write_text("{")  # a corrupt checkpoint: that run fails
+    code = main(["reproduce", "fedcurv-table1", "--out", str(out), "--scale", "ci", "--jobs", "2"])
+    assert code == 1  # the report is written, but a run failed
+    text = (out / "report.md").read_text()
+    assert "## Runs that failed" in text and "e-10/fedavg/seed0" in text
+    runs = len(plan_section("fedcurv-table1", out, "ci", None, [], [], out, False).jobs)
+    assert f"Runs: {runs - 1} of {runs} finished" in text
+    captured = capsys.readouterr()
+    assert "1 run(s) failed" in captured.out
+    assert captured.err.count("\n") == 1 and "1 run(s) failed and 0 diverged" in captured.err
+    status = json.loads((broken.parent / "status.json").read_text())
+    assert status["state"] == "failed" and "checkpoint" in status["error"]

@@ -387,6 +387,9 @@ def get(
         if done.get(remote.name) == remote.sha256 and there:
             log(f"{remote.name}: already here")
             continue
+        if remote.unpack and there and not dest.is_file():  # unpacked by hand: kept as it is
+            log(f"{remote.name}: its files are here already (unpacked by hand: not checked)")
+            continue
         if not (dest.is_file() and _sha256(dest) == remote.sha256):
             download(remote, dest, mirrors, log)
         if remote.unpack:

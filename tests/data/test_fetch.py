@@ -205,6 +205,10 @@ def test_an_archive_is_unpacked_and_deleted_and_loads(server, tmp_path, monkeypa
     asked = len(server.requests)
     fetch.get("cifar10", tmp_path / "r", log=lambda _: None)
     assert len(server.requests) == asked
+    (folder / fetch.MARKER).unlink()  # as if unpacked by hand: kept, not fetched again
+    said: list[str] = []
+    fetch.get("cifar10", tmp_path / "r", log=said.append)
+    assert len(server.requests) == asked and "not checked" in said[0]
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar"])

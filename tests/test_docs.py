@@ -153,3 +153,14 @@ def test_the_home_page_and_the_ledger_link_to_the_report_pages():
     for page in nav:
         if not page.startswith(("api/", "index")):
             assert f"]({page})" in home, page  # the home page lists every page
+
+
+def test_the_presets_table_has_a_row_for_every_preset_of_the_registry(hook):
+    from fedretain.experiments.presets import PRESETS
+
+    table = hook.presets()
+    for name, entry in PRESETS.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert entry.meta["estimate"] in row and entry.meta["paper"] in row
+    assert "`fedretain data get cifar10`" in table  # the command for data not here
+    assert "<!-- fedretain:presets -->" in (DOCS / "reproduce.md").read_text()

@@ -243,6 +243,31 @@ def _anchor(package: Path, root: Path) -> str:
     return re.sub(r"[^\w-]", "", package.relative_to(root.parent).as_posix()).lower()
 
 
+def presets() -> str:
+    """Every preset of ``fedretain reproduce`` from its registry: paper, table, data, scales
+    (with their seeds) and the small scale's estimate."""
+    from fedretain.data.fetch import SOURCES
+    from fedretain.experiments.presets import PRESETS
+
+    rows = [
+        "| preset | paper | what it runs | data | scales (seeds) | small: estimate |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, entry in PRESETS.items():
+        meta = entry.meta
+        data = f"`{meta['dataset']}`"
+        if meta["dataset"] in SOURCES:
+            data += f" (`fedretain data get {meta['dataset']}`)"
+        if meta.get("standin"):
+            data += f", else `{meta['standin']}` standing in"
+        scales = ", ".join(f"{s} ({n})" for s, n in meta["seeds"].items())
+        rows.append(
+            f"| `{name}` | {_cell(meta['paper'])} | {_cell(entry.description)} | {data} "
+            f"| {scales} | {_cell(meta['estimate'])} |"
+        )
+    return "\n".join(rows)
+
+
 def claims() -> str:
     """The claims ledger's counts per paper, from the committed reports' claims.json."""
     from fedretain.experiments.reproduce.ledger import ledger_counts
@@ -252,6 +277,7 @@ def claims() -> str:
 
 TABLES: dict[str, Callable[[], str]] = {
     "claims": claims,
+    "presets": presets,
     "settings": settings,
     "algorithms": algorithms,
     "datasets": datasets,

@@ -30,13 +30,12 @@ def cmd_data_list(args: argparse.Namespace) -> int:
     width = max(len(n) for n in DATASETS)
     for name, info in DATASETS.items():
         folder = fetch.fetched_dir(name, root) if root else default_folder(name)
+        path = Path(folder) if folder else None
+        checked = root is not None and name in fetch.SOURCES  # what data get fills: its files
+        there = path is not None and (fetch.present(name, path) if checked else path.is_dir())
         if not info.meta.get("needs_files", True):
             state = "no files needed"
-        elif (
-            folder
-            and Path(folder).is_dir()
-            and (fetch.present_in(name, Path(folder)) or name not in fetch.SOURCES or not root)
-        ):
+        elif there:
             state = f"present: data_dir={folder}"
         elif name in fetch.SOURCES:
             state = f"missing: fedretain data get {name}" + (f" --dir {root}" if root else "")

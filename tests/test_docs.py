@@ -2,6 +2,7 @@
 the navigation exists; `mkdocs build --strict` itself runs in scripts/test.sh."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -139,6 +140,27 @@ def test_every_committed_report_is_a_page_with_its_plots(results_hook):
     results_hook.on_config({"nav": nav})
     assert list(nav[2]) == ["Reports"] and list(nav[3]) == ["Layout"]
     assert [next(iter(e.values())) for e in nav[2]["Reports"]] == [r.as_posix() for r in reports]
+
+
+def test_each_curve_whose_numbers_sit_beside_it_gets_an_interactive_plot(results_hook, tmp_path):
+    curves = [
+        {"method": "FedAvg", "round": [0, 1, 2], "mean": [0.1, 0.4, 0.5], "std": [0, 0.02, 0.03]},
+        {"method": "FedReg", "round": [0, 1, 2], "mean": [0.1, 0.5, 0.6], "std": [0, 0, 0]},
+    ]
+    stopped = [{"label": "SCAFFOLD seed 1: diverged", "round": [0, 1], "accuracy": [0.1, 0.2]}]
+    data = {"title": "two classes", "x": "round", "curves": curves, "stopped": stopped}
+    (tmp_path / "accuracy-two.json").write_text(json.dumps(data))
+    markdown = "![a](accuracy-two.png)\n\n![b](accuracy-panels-two.png)\n\n![c](accuracy-one.png)\n"
+    page = results_hook.with_interactive(markdown, tmp_path, 3)
+    assert page.count('<script src="../../../assets/plotly.min.js"></script>') == 1
+    assert page.count("Plotly.newPlot") == 1 and 'id="plot-accuracy-two"' in page
+    for name in ("FedAvg", "FedReg", "SCAFFOLD seed 1: diverged"):
+        assert f'"name":"{name}"' in page
+    assert page.count('"fill":"toself"') == 1  # a band only where the seeds spread
+    assert "\n\n\n" not in page.split("Plotly.newPlot")[0]  # one raw HTML block
+    assert page.endswith("![c](accuracy-one.png)\n")  # no numbers beside it: the PNG alone
+    committed = [p for p in (ROOT / "results").glob("*/accuracy-*.json")]
+    assert committed  # the committed reports ship their curves' numbers
 
 
 def test_the_home_page_and_the_ledger_link_to_the_report_pages():

@@ -1,9 +1,9 @@
 """The documentation site in a real browser: built strictly, served on 127.0.0.1, every page
 loaded in headless Chromium (Debian's ``chromium``); it fails on a request the server cannot
 answer (a missing image, stylesheet or script), a console message, a link to a page or file
-the site does not have, or an anchor the target page lacks. Behind ``slow`` (a minute: one
-browser start per page); skipped where Chromium is not installed
-(``apt-get install chromium``)."""
+the site does not have, an anchor the target page lacks, or an interactive plot left undrawn.
+Behind ``slow`` (a minute: one browser start per page); skipped where Chromium is not
+installed (``apt-get install chromium``)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,9 @@ def check_site(site: Path, profile: Path) -> tuple[list[str], list[str]]:
             doms[url] = parser
             if "</html>" not in proc.stdout:
                 problems.append(f"{url}: did not load ({proc.stderr[-300:]})")
+            plots = proc.stdout.count('class="plotly-graph-div')
+            if plots and proc.stdout.count('class="main-svg"') < plots:
+                problems.append(f"{url}: an interactive plot was not drawn")
     finally:
         server.shutdown()
         server.server_close()
@@ -134,6 +137,8 @@ def check_site(site: Path, profile: Path) -> tuple[list[str], list[str]]:
 def test_every_page_loads_in_a_browser_without_a_missing_file_or_console_message(site, tmp_path):
     pages, problems = check_site(site, tmp_path / "profile")
     assert len(pages) >= 25 and any(p.endswith("/results/demo/report/") for p in pages)
+    demo = (site / "results" / "demo" / "report" / "index.html").read_text()
+    assert "plotly-graph-div" in demo  # drawn, or a problem below says it was not
     assert not problems, "\n".join(problems[:30])
 
 
@@ -147,7 +152,8 @@ def test_the_check_finds_a_missing_image_a_console_error_a_dead_link_and_anchor(
         "</body></html>"
     )
     (site / "other" / "index.html").write_text(
-        '<html><head><link rel="icon" href="data:,"></head><body id="here"></body></html>'
+        '<html><head><link rel="icon" href="data:,"></head><body id="here">'
+        '<div class="plotly-graph-div" id="p"></div></body></html>'  # Plotly never loaded
     )
     pages, problems = check_site(site, tmp_path / "profile")
     assert len(pages) == 2
@@ -156,4 +162,5 @@ def test_the_check_finds_a_missing_image_a_console_error_a_dead_link_and_anchor(
     assert "link to nowhere/: not a file of the site" in found
     assert "link to other/#gone: no such anchor" in found
     assert "link to missing.png: not a file of the site" in found  # the image, as a link too
-    assert len(problems) == 5 and "link to other/:" not in found, problems
+    assert "/other/: an interactive plot was not drawn" in found
+    assert len(problems) == 6 and "link to other/:" not in found, problems

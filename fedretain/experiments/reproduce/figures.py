@@ -26,7 +26,7 @@ from fedretain.experiments.reproduce.results import (
     mean_rows,
     spread,
 )
-from fedretain.files import save_figure
+from fedretain.files import save_figure, write_json
 
 Points = list[tuple[float, ...]]  # (x, y) or (x, y, the spread over the seeds)
 
@@ -96,6 +96,8 @@ def curve_plot(
     from fedretain.experiments.plots import plot_curves
 
     plot_curves(curves, path, x=x, title=title, stopped=stopped)
+    if x == "round":
+        write_json(path.with_suffix(".json"), curve_data(curves, stopped, title))
     caption = ""
     if stopped:
         caption = (
@@ -104,6 +106,36 @@ def curve_plot(
             "to where it stopped (" + "; ".join(label for label, _ in stopped) + ")."
         )
     return image(alt, path, caption)
+
+
+def curve_data(
+    curves: list[tuple[str, Records]], stopped: list[tuple[str, Records]], title: str
+) -> dict[str, Any]:
+    """The numbers a curve plot draws, beside its PNG (``accuracy-<setting>.json``): per
+    method the evaluated rounds, the mean accuracy over the seeds and its standard deviation,
+    and each diverged seed to where it stopped; the site draws them as an interactive plot
+    (docs/hooks/results.py), anyone can re-plot them."""
+    return {
+        "title": title,
+        "x": "round",
+        "curves": [
+            {
+                "method": method,
+                "round": [r["round"] for r in records],
+                "mean": [r["test_accuracy"] for r in records],
+                "std": [r.get("test_accuracy_std", 0.0) for r in records],
+            }
+            for method, records in curves
+        ],
+        "stopped": [
+            {
+                "label": label,
+                "round": [r["round"] for r in records if "test_accuracy" in r],
+                "accuracy": [r["test_accuracy"] for r in records if "test_accuracy" in r],
+            }
+            for label, records in stopped
+        ],
+    }
 
 
 CROWDED = 5  # more methods than this on one axis: also one panel per method

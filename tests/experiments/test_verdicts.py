@@ -22,6 +22,7 @@ from fedretain.experiments.presets import (
 )
 from fedretain.experiments.report import RunResult
 from fedretain.experiments.reproduce import Job, Outcome, Results, claims_section, judge
+from fedretain.experiments.reproduce.claims import chance_line
 from fedretain.metrics.spread import (
     CONTRADICTED,
     OPEN,
@@ -202,6 +203,17 @@ def test_models_at_chance_decide_nothing():
     # one model at chance and the other learned: a result
     finals[("s", "A")] = [0.6, 0.61, 0.62]
     assert one(Claim("A above B", higher("s", "A", "B")), plan, finals).verdict == "held"
+
+
+def test_with_two_classes_the_papers_weak_binary_models_are_at_chance_and_the_better_not():
+    plan = plan_of(["A", "B"])
+    plan.chance = 0.5  # FedReg's COVID-19 CT images: 0.511 to 0.673 in its Table 3
+    finals = {("s", "A"): [0.611, 0.614, 0.617], ("s", "B"): [0.508, 0.511, 0.514]}
+    j = one(Claim("A above B", higher("s", "A", "B")), plan, finals)
+    assert j.verdict == "undecided" and "at chance" in j.why
+    finals[("s", "A")] = [0.670, 0.673, 0.676]  # the paper's FedReg: no longer at chance
+    assert one(Claim("A above B", higher("s", "A", "B")), plan, finals).verdict == "held"
+    assert chance_line(0.1) == 1.5 * 0.1  # among ten classes, as before
 
 
 def test_a_degenerate_reference_decides_no_r_a():

@@ -43,7 +43,16 @@ from fedretain.metrics.spread import (
 
 HELD, NOT_HELD, UNDECIDED = "held", "did not hold", "undecided"
 NOT_RUN = "not run"  # a run it needs was never run (nor diverged or failed): nothing to judge yet
-AT_CHANCE = 1.5  # a final accuracy at most this many times a guess's is at chance
+AT_CHANCE = 1.5  # among ten classes, a final accuracy at most this many times a guess's
+
+
+def chance_line(chance: float) -> float:
+    """The final accuracy at or below which a model is at chance, for a guess's ``chance``:
+    half a guess's accuracy above it among ten classes (0.15), less where fewer are wrong to
+    guess (two classes: 0.639, not 0.75, which the papers' binary models do not reach)."""
+    return chance * (1 + (AT_CHANCE - 1) * (1 - chance) / 0.9)
+
+
 END_METRICS = ("final", "last", "top", "avg_acc")  # what an undertrained model cannot settle
 ATTACK = ("psnr", "ssim", "sigma", "epsilon")  # a privacy attack's measures, not the model's
 
@@ -176,7 +185,7 @@ def at_chance(plan: Plan, results: Results, read: list[tuple[str, str, str]]) ->
     compared (an attack's measures aside)."""
     pairs = list(dict.fromkeys((s, m) for s, m, metric in read if metric not in ATTACK))
     finals = [final_of(results, s, m) for s, m in pairs]
-    line = AT_CHANCE * plan.chance
+    line = chance_line(plan.chance)
     if not pairs or any(f is None or f > line for f in finals):
         return ""
     best = max(f for f in finals if f is not None)
@@ -212,7 +221,7 @@ def degenerate(plan: Plan, results: Results, read: list[tuple[str, str, str]]) -
     metrics = {m for _, _, m in read if m.startswith("R_")}
     if not metrics or not plan.reference:
         return ""
-    line = AT_CHANCE * plan.chance
+    line = chance_line(plan.chance)
     for setting in dict.fromkeys(s for s, _, m in read if m.startswith("R_")):
         for seed in results.seeds:
             ref = results.at(setting, plan.reference, seed, "final")

@@ -1,128 +1,34 @@
-"""`fedretain reproduce`: every preset at scale=ci, resumability, the report's claims and the
-demo's generated paragraph."""
+"""`fedretain reproduce`: the presets of no paper's own file at scale=ci (the others:
+test_ci_<paper>.py), resumability, the report's claims and the demo's generated paragraph."""
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
-from pathlib import Path
 
 import pytest
 
 from fedretain.cli import main
 from fedretain.errors import ConfigError
 from fedretain.experiments.presets import PRESETS, SCALES, Data
-from fedretain.experiments.privacy import table_rows
-from fedretain.experiments.reproduce import as_args, preset_names, reproduce, resolve_data
+from fedretain.experiments.reproduce import as_args, preset_names, reproduce
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
 from fedretain.recipe.config import load_config
-from tests.data.test_data_cifar import write_cifar10
+from tests.experiments.presets_at_ci import FMNIST, PAPERS, check_at_ci, ci, presets_of
 
-FMNIST = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists()
-VERDICTS = ("**held**", "**did not hold**", "**undecided**", "not run (data missing)")
-
-
-@pytest.fixture(scope="module")
-def ci(tmp_path_factory: pytest.TempPathFactory):
-    """Runs a preset at scale=ci into one module-wide folder (once: reproduce skips finished
-    runs), with tiny CIFAR-10 files; returns the preset's folder."""
-    root = tmp_path_factory.mktemp("ci")
-    write_cifar10(root / "cifar", per_batch=20)  # 100 training images, 10 per class
-
-    def run(name: str, **kwargs) -> Path:
-        out = root / name
-        kwargs.setdefault("data_dirs", [f"cifar10={root / 'cifar'}"])
-        reproduce([name], out, scale="ci", echo=kwargs.pop("echo", lambda s: None), **kwargs)
-        return out
-
-    return run
+__all__ = ["ci"]  # the module's fixture
 
 
-def plan_of(name: str, data_dirs: list[str] | None = None):
-    entry = PRESETS.get(name)
-    data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs or [])
-    return entry.factory("ci", [0], data), data
+@pytest.mark.parametrize("name", presets_of(None))
+def test_every_other_preset_runs_at_ci_and_reports_every_claim(ci, name):
+    check_at_ci(ci, name)
 
 
-# presets whose whole ci plan runs behind `slow`: demo-tune's 120 runs (1.5 min) run on a
-# reduced grid in tests/experiments/test_tuning.py, and in full in gpu_check's presets part
-SLOW_AT_CI = {"demo-tune"}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_AT_CI else n for n in PRESETS]
-)
-def test_every_preset_runs_at_ci_and_reports_every_claim(ci, name):
-    out = ci(name)
-    text = (out / "report.md").read_text()
-    plan, data = plan_of(name, [f"cifar10={out.parent / 'cifar'}"])
-    assert f"fedretain reproduce {name} --out {out} --scale ci --seeds 1" in text
-    for claim in plan.claims:  # every claim, with a verdict
-        row = next(line for line in text.splitlines() if f"| {claim.text} |" in line)
-        assert any(v in row for v in VERDICTS), row
-    if data.missing:
-        assert not FMNIST and "Not run: the data are missing" in text
-        return
-    assert f"Runs: {len(plan.runs)} of {len(plan.runs)} finished" in text
-    assert "Runs that failed" not in text
-    for image in re.findall(r"\]\(([^)]+\.png)\)", text):
-        assert (out / image).is_file(), image
-    for spec in plan.runs:
-        done = "privacy.json" if spec.study is not None else "summary.json"
-        assert (out / spec.folder / done).is_file()
-
-
-def test_fedcil_report_shows_each_methods_accuracy_matrix_and_generator_quality(ci):
-    out = ci("fedcil-table1")
-    if not FMNIST:
-        pytest.skip("Fashion-MNIST is not installed")
-    plan, _ = plan_of("fedcil-table1")
-    fedcil = next(s for s in plan.runs if s.method == "FedCIL")
-    matrix = json.loads((out / fedcil.folder / "summary.json").read_text())["accuracy_matrix"]
-    text = (out / "report.md").read_text()
-    table = text[text.index("FedCIL: accuracy on each task's classes after each task") :]
-    last = next(line for line in table.splitlines() if line.startswith("| task 5 |"))
-    assert last == "| task 5 | " + " | ".join(f"{a:.3f}" for a in matrix[-1]) + " |"
-    assert "fid-" not in text  # scale=ci records no generator quality
-    rows = [{"round": 0, "task": 0, "fid": 30.0}, {"round": 4, "task": 4, "fid": 12.0}]
-    quality = out / fedcil.folder / "generator_quality.jsonl"
-    quality.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    text = (ci("fedcil-table1") / "report.md").read_text()  # the report again, no run redone
-    assert "Last values: FedCIL 12.0 (round 4)." in text
-    image = re.search(r"\]\((fid-[^)]+\.png)\)", text)
-    assert image and (out / image.group(1)).is_file()
-
-
-def test_fedreg_report_relates_accuracy_swings_to_the_classes_each_round_held(ci):
-    text = (ci("fedreg-table1") / "report.md").read_text().splitlines()
-    title = "### one class, 5,000 clients: accuracy change against the classes"
-    at = next(i for i, line in enumerate(text) if line.startswith(title))
-    head = text[at + 4]
-    # scale=ci: 2 one-class clients a round, evaluated every round: 1 or 2 classes held
-    counts = [int(c.split()[0]) for c in head.strip("|").split("|")[1:-1]]
-    assert counts and set(counts) <= {1, 2}, head
-    rows = [line for line in text[at + 6 : at + 12] if line.startswith("| ")]
-    assert {r.split("|")[1].strip() for r in rows} >= {"SGD", "FedAvg", "FedReg"}
-
-
-def test_privacy_preset_fills_table4_from_each_seeds_study(ci):
-    out = ci("fedreg-table4")
-    text = (out / "report.md").read_text()
-    study = out / "table-4" / "privacy-study" / "seed0"
-    result = json.loads((study / "privacy.json").read_text())
-    head = next(line for line in text.splitlines() if line.startswith("| method |"))
-    names = [c.strip() for c in head.strip("|").split("|")]
-    for row, (run, attack) in table_rows(result).items():
-        line = next(line for line in text.splitlines() if line.startswith(f"| {row} |"))
-        cells = dict(zip(names, (c.strip() for c in line.strip("|").split("|")), strict=True))
-        assert cells["attack PSNR (dB)"] == f"{result['attacks'][attack]['psnr']:.2f}"
-        assert cells["random-image PSNR (dB)"] == f"{result['baselines']['random']:.2f}"
-        assert cells["mean-image PSNR (dB)"] == f"{result['baselines']['mean_image']:.2f}"
-        assert cells["σ*"] == (f"{result['sigma_matched']:.3g}" if "dpsgd" in run else "-")
-        assert cells["last acc"] == f"{result['runs'][run]['final_accuracy']:.4f}"
-    assert "fedretain privacy dataset=" in text and f"--out {study}" in text
+def test_every_preset_runs_at_ci_in_one_file():
+    papers = [p for paper in PAPERS for p in presets_of(paper)] + presets_of(None)
+    names = [p if isinstance(p, str) else p.values[0] for p in papers]
+    assert sorted(names) == sorted(PRESETS) and len(set(names)) == len(names)
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -177,12 +83,6 @@ def test_finished_runs_are_skipped_and_interrupted_ones_continue(ci):
         {k: v for k, v in r.items() if k != "seconds"} for r in read_jsonl(run / "metrics.jsonl")
     ]
     assert after == before and json.loads((run / "summary.json").read_text())["rounds"] == 2
-
-
-def test_other_settings_in_the_same_folder_are_refused(ci):
-    out = ci("gradma-table2")
-    with pytest.raises(ConfigError, match=r"holds a run with other settings \(lr\)"):
-        reproduce(["gradma-table2"], out, scale="ci", extra=["lr=0.2"], echo=lambda s: None)
 
 
 def table(text: str, column: str) -> dict[str, float]:

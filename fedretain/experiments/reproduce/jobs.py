@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import redirect_stderr, redirect_stdout, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -192,24 +192,29 @@ def plan_section(
     threads: int = THREADS,
 ) -> Section:
     """Preset ``name``'s plan at ``scale`` into ``folder``: every run's settings checked and
-    its state read from its folder (``missing`` for every run when the data are missing)."""
+    its state read from its folder (``missing`` for every run when the data are missing and a
+    run reads them; a plan whose runs all read other data, as ``ci``'s digits, runs)."""
     entry = PRESETS.get(name)
     data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs)
     n = seeds or entry.meta["seeds"][scale]
     plan = entry.factory(scale, list(range(n)), data)
-    jobs = []
+    jobs, read = [], set()
     for spec in plan.runs:
         args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": threads})
         args += extra
         cfg = load_config(None, args)  # every setting checked before anything runs
+        read.add(cfg.dataset)
         run_folder = folder / spec.folder
         if spec.study is not None:
             study_of(spec.study)  # its options checked too
             state = study_state(run_folder)
         else:
             state = job_state(run_folder, cfg)
-        state = "missing" if data.missing else state
         jobs.append(Job(name, spec, args, run_folder, state))
+    if data.missing and data.paper in read:
+        jobs = [replace(job, state="missing") for job in jobs]
+    elif data.missing:  # nothing reads the missing files
+        data = replace(data, name=", ".join(sorted(read)), missing="")
     command = command_line(name, out / name if several else out, scale, n, data_dirs, extra)
     return Section(name, plan, data, folder, jobs, command, scale)
 

@@ -303,9 +303,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 def stale_pages(write: bool = False) -> list[Path]:
-    """The pages under ``docs/`` whose tables differ from the code's (rewritten if ``write``)."""
+    """The pages under ``docs/``, and the README, whose tables differ from the code's
+    (rewritten if ``write``)."""
     stale = []
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in [*sorted(DOCS.rglob("*.md")), DOCS.parent / "README.md"]:
         text = page.read_text(encoding="utf-8")
         if MARKER.search(text) and (new := fill(text, str(page))) != text:
             stale.append(page)
@@ -315,7 +316,9 @@ def stale_pages(write: bool = False) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write the code's tables into docs/*.md.")
+    parser = argparse.ArgumentParser(
+        description="Write the code's tables into docs/*.md and README.md."
+    )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="rewrite the out-of-date pages")
     action.add_argument("--check", action="store_true", help="list them; exit 1 if any")

@@ -16,7 +16,9 @@ checks and the run builders every preset uses), then one per paper, each registe
 presets: :mod:`~fedretain.experiments.presets.fedreg`,
 :mod:`~fedretain.experiments.presets.fedcurv`, :mod:`~fedretain.experiments.presets.fedcil`,
 :mod:`~fedretain.experiments.presets.gradma`, :mod:`~fedretain.experiments.presets.tce` and
-:mod:`~fedretain.experiments.presets.demo` (``demo`` and ``demo-tune``). This package names
+:mod:`~fedretain.experiments.presets.demo` (``demo`` and ``demo-tune``), and
+:mod:`~fedretain.experiments.presets.bench` (``forgetting-bench``, the head-to-head no paper
+ran, and its tuning ``forgetting-bench-tune``). This package names
 their public parts; the demo's preset function is ``presets.demo.demo`` (``presets.demo`` is
 its module).
 """
@@ -93,6 +95,7 @@ from fedretain.experiments.presets.demo import (
     demo_tune,
     demo_tuned,
 )
+from fedretain.experiments.presets.bench import forgetting_bench, forgetting_bench_tune
 
 # isort: on
 
@@ -141,6 +144,8 @@ __all__ = [
     "fedreg_table4",
     "fewer",
     "fewest",
+    "forgetting_bench",
+    "forgetting_bench_tune",
     "ge",
     "gradma_table1",
     "gradma_table2",

@@ -60,6 +60,7 @@ class ContinualRecorder(BaseObserver):
         self.continual = continual
         self.scenario = continual.scenario
         self.model, self.batch_size, self.label = fed.task, fed.eval_batch, fed.config.label
+        self.plots = fed.config.plots
         self.out = Path(out)
         y = np.asarray(fed.dataset.y_test)
         tasks = range(self.scenario.tasks)
@@ -154,11 +155,11 @@ class ContinualRecorder(BaseObserver):
         }
         if matrix:
             out.update(continual_summary(matrix))
-        if self.rows:
+        if self.rows and self.plots:
             plot_task_accuracy(
                 self.rows, self.scenario.rounds_per_task, self.out / "continual_accuracy.png", label
             )
-        if matrix:
+        if matrix and self.plots:
             plot_accuracy_matrix(matrix, self.out / "accuracy_matrix.png", label)
         return out
 

@@ -125,6 +125,8 @@ class ForgettingObserver(BaseObserver):
     def finish(self, stopped: bool) -> dict[str, Any]:
         if stopped:
             return {}
+        if not self.run.cfg.plots:
+            return {"forgetting": self.measure.summary()}
         from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
 
         out, label = self.run.out, self.run.cfg.label

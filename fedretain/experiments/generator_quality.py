@@ -137,6 +137,9 @@ class GeneratorQuality(BaseObserver):
     def finish(self, stopped: bool) -> dict[str, Any]:
         if stopped or not self.records:
             return {}
+        last = self.records[-1]
+        if not self.run.cfg.plots:
+            return {"generator_quality": {"fid": last["fid"], "round": last["round"]}}
         from fedretain.experiments.plots import plt
 
         fig, ax = plt.subplots(figsize=(6.0, 3.8))

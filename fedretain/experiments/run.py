@@ -383,7 +383,8 @@ class Run:
         write_json(self.out / "summary.json", summary)
         label = self.cfg.label
         title = f"{label} (stopped)" if stopped else f"{label} on {self.cfg.dataset}"
-        plot_curves([(label, self.records)], self.out / "accuracy.png", title=title)
+        if self.cfg.plots:
+            plot_curves([(label, self.records)], self.out / "accuracy.png", title=title)
         return summary
 
     def close(self) -> None:

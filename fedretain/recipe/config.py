@@ -131,6 +131,11 @@ class Config:
         "against)",
     )
     threads: int = setting(0, "torch CPU threads; 0 keeps torch's default")
+    plots: bool = setting(
+        True,
+        "write the run's PNG plots when it ends (its results are its JSON files; reproduce's "
+        "scale=ci turns them off, its reports draw their own)",
+    )
     checkpoint_every: int = setting(
         10, "rounds between checkpoints (and one at the end); 0: none; `run --resume` continues"
     )

@@ -103,3 +103,12 @@ def test_a_plain_run_has_only_the_observers_it_needs(tmp_path):
     assert list(run.observers) == ["accountant", "progress"]
     observer: Observer = run.observers["accountant"]
     assert isinstance(observer, BaseObserver) and not isinstance(observer, Evaluation)
+
+
+def test_plots_off_writes_the_results_without_a_png(tmp_path):
+    cfg = {**TINY, "diagnostics": ["forgetting"], "diagnostics.samples": 4}
+    summary = run_experiment(make_config({**cfg, "plots": False}), tmp_path / "off")
+    assert summary["forgetting"] and (tmp_path / "off" / "summary.json").is_file()
+    assert not list((tmp_path / "off").glob("*.png"))
+    run_experiment(make_config(cfg), tmp_path / "on")  # the default draws them
+    assert {p.name for p in (tmp_path / "on").glob("*.png")} >= {"accuracy.png", "forgetting.png"}

@@ -1,7 +1,8 @@
 """The GradMA presets beyond MNIST: gradma-cifar10, gradma-cifar100 and gradma-tinyimagenet
 (Tables 1-2's other columns), gradma-fig5 and gradma-fig6 (Figures 5-6: the claims of §6.2's
 words). The paper's numbers as the module records them, its setting at paper scale, the claims
-on the paper's own numbers, the method subsets below paper scale, and the ci runs."""
+on the paper's own numbers, the method subsets below paper scale, the ci plans (their runs:
+test_ci_gradma.py) and the presets without their files at small."""
 
 from __future__ import annotations
 

@@ -21,11 +21,9 @@ PINNED_DATA = {
 }
 # sha256 (first 16 hex digits) of tce_table1's base and runs (setting, method, seed, overrides,
 # series, x, folder; dicts in order), seeds 0-2, taken from tce.py at f6fd03c before
-# tce-cifar100 and tce-femnist shared its code: a compute job runs these very runs
+# tce-cifar100 and tce-femnist shared its code: a compute job runs these very runs (small; ci
+# is a smoke test of its own, whose settings may change)
 PINNED = {
-    ("ci", "standin"): "7b19568a6c7106b5",
-    ("ci", "given"): "7b19568a6c7106b5",
-    ("ci", "missing"): "7b19568a6c7106b5",
     ("small", "standin"): "1bd8a696bf3b944c",
     ("small", "given"): "43e2491fffa4a1ae",
     ("small", "missing"): "c6244e1d12045a4d",
@@ -78,7 +76,7 @@ def finals(lrs: list[float], **by_variant: list[float]) -> Finals:
     )
 
 
-@pytest.mark.parametrize("scale", ["ci", "small", "paper"])
+@pytest.mark.parametrize("scale", ["small", "paper"])
 def test_tce_table1_runs_are_the_pinned_ones(scale):
     for key, data in PINNED_DATA.items():
         plan = plan_of("tce-table1", scale, data)

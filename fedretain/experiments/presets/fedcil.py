@@ -103,6 +103,7 @@ def fedcil_table1(scale: str, seeds: list[int], data: Data) -> Plan:
                 "model.width": 4,
                 "eval_every": 1,
                 "checkpoint_every": 1,
+                "plots": False,
             },
         ),
     }
@@ -330,6 +331,7 @@ def fedcil_base(scale: str, data: Data, column: str) -> dict[str, Any]:
                 "model.width": 4,
                 "eval_every": 1,
                 "checkpoint_every": 1,
+                "plots": False,
             },
         ),
     }

@@ -454,7 +454,14 @@ def standin_reason(data: Data) -> list[str]:
 
 
 # ci: a smoke test of seconds per run
-CI = {"rounds": 2, "clients_per_round": 2, "local_steps": 2, "eval_every": 1, "checkpoint_every": 1}
+CI = {
+    "rounds": 2,
+    "clients_per_round": 2,
+    "local_steps": 2,
+    "eval_every": 1,
+    "checkpoint_every": 1,
+    "plots": False,  # each run's own PNGs (the report draws its own)
+}
 CI_MLP = {"model": "mlp", "model.hidden": [16]}
 CI_REASON = "scale=ci: 2 rounds of 2 clients taking 2 local steps, a tiny model"
 

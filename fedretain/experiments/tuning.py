@@ -122,6 +122,22 @@ class Criterion:
         return f"{-whole} rounds, final {10 * (score - whole):.4f}"
 
 
+def method_grids(
+    methods: dict[str, dict[str, Any]],
+    lrs: tuple[float, ...],
+    own: dict[str, tuple[str, tuple[float, ...], tuple[float, float]]],
+) -> list[Grid]:
+    """A grid per method of ``methods`` (name -> the keys that make it): the learning rates
+    ``lrs`` for every one, and the values of its own key where ``own`` gives one (name ->
+    key, values, the key's allowed range, whose ends are no grid edge)."""
+    grids = []
+    for method, keys in methods.items():
+        mine = own.get(method)
+        values = {"lr": lrs, **({mine[0]: mine[1]} if mine else {})}
+        grids.append(Grid(method, keys, values, {mine[0]: mine[2]} if mine else {}))
+    return grids
+
+
 def check_budgets(grids: Iterable[Grid]) -> None:
     """Every grid takes the same learning rates (where it tunes them) and as many values of
     its own key as every other, and sets no budget key (ConfigError)."""
@@ -292,6 +308,7 @@ __all__ = [
     "choices",
     "choose",
     "grid_points",
+    "method_grids",
     "scores_of",
     "tuned",
     "tuning_paragraph",

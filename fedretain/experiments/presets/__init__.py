@@ -67,9 +67,11 @@ from fedretain.experiments.presets.plan import (
     runs_over,
     scale_reasons,
     seed_values,
+    shipped_choices,
     slug,
     standin_reason,
     tuning_plan,
+    tuning_runs,
 )
 from fedretain.experiments.presets.fedreg import (
     CNN_SETTING,
@@ -161,9 +163,11 @@ __all__ = [
     "runs_over",
     "scale_reasons",
     "seed_values",
+    "shipped_choices",
     "slug",
     "standin_reason",
     "tce_method",
     "tce_table1",
     "tuning_plan",
+    "tuning_runs",
 ]

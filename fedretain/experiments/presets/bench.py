@@ -19,7 +19,6 @@ from fedretain.experiments.presets.plan import (
     Claim,
     Data,
     Plan,
-    RunSpec,
     Tuned,
     Values,
     data_keys,
@@ -30,17 +29,16 @@ from fedretain.experiments.presets.plan import (
     ranking,
     runs_over,
     scale_reasons,
+    shipped_choices,
     tuning_plan,
+    tuning_runs,
 )
 from fedretain.experiments.tuning import (
-    TUNED_FILE,
     TUNING_SEED,
     VAL_FRACTION,
     Criterion,
     Grid,
-    grid_points,
-    tuned,
-    tuning_seeds,
+    method_grids,
 )
 
 # each method's own keys (MOON's projection head is its paper's 256)
@@ -131,28 +129,19 @@ def bench_base(scale: str, data: Data) -> dict[str, Any]:
 def bench_grids(scale: str) -> list[Grid]:
     """Every method's tuning grid: the learning rates, and its own key's values (at ``ci``,
     one learning rate and the own key's first value: a smoke test of the study)."""
-    ci = scale == "ci"
-    grids = []
-    for method, keys in BENCH_METHODS.items():
-        own = BENCH_GRIDS.get(method)
-        lrs = BENCH_LRS[2:3] if ci else BENCH_LRS
-        values = {"lr": lrs, **({own[0]: own[1][:1] if ci else own[1]} if own else {})}
-        grids.append(Grid(method, keys, values, {own[0]: own[2]} if own else {}))
-    return grids
+    if scale != "ci":
+        return method_grids(BENCH_METHODS, BENCH_LRS, BENCH_GRIDS)
+    firsts = {m: (key, values[:1], bounds) for m, (key, values, bounds) in BENCH_GRIDS.items()}
+    return method_grids(BENCH_METHODS, BENCH_LRS[2:3], firsts)
 
 
-def bench_tuned(path: Path = TUNED_FILE) -> list[Tuned]:
+def bench_tuned(path: Path | None = None) -> list[Tuned]:
     """The choices the package ships (``tuned.json``'s ``forgetting-bench``: the committed
     ``results/forgetting-bench-tune/choices.json``); none before that study is committed."""
     try:
-        chosen = tuned("forgetting-bench", path)["settings"][BENCH_TUNED_ON]
-    except (ConfigError, KeyError):  # no committed study yet: the report says so
+        return shipped_choices("forgetting-bench", BENCH_TUNED_ON, path)
+    except ConfigError:  # no committed study yet: the report says so
         return []
-    return [
-        Tuned(m, c["chosen"], c["grid"], c["points"], c["edge"])
-        for m, c in chosen.items()
-        if c["chosen"] is not None
-    ]
 
 
 def forgetting_bench(scale: str, seeds: list[int], data: Data) -> Plan:
@@ -323,10 +312,7 @@ def forgetting_bench_tune(scale: str, seeds: list[int], data: Data) -> Plan:
         "Tuning forgetting-bench's methods alike on a validation split",
         "none: the choices forgetting-bench ships",
         base,
-        [
-            RunSpec(BENCH_TUNED_ON, g.label(p), seed, {**g.overrides, **p, "seed": seed}, g.method)
-            for g, p, seed in grid_points(grids, tuning_seeds(seeds))
-        ],
+        tuning_runs(BENCH_TUNED_ON, grids, seeds),
         grids,
         Criterion(),
         scale_reasons(scale),

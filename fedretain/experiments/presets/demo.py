@@ -14,7 +14,6 @@ from fedretain.experiments.presets.plan import (
     Claim,
     Data,
     Plan,
-    RunSpec,
     Tuned,
     Values,
     data_keys,
@@ -25,16 +24,16 @@ from fedretain.experiments.presets.plan import (
     runs,
     scale_reasons,
     seed_values,
+    shipped_choices,
     tuning_plan,
+    tuning_runs,
 )
 from fedretain.experiments.tuning import (
     TUNING_SEED,
     VAL_FRACTION,
     Criterion,
     Grid,
-    grid_points,
-    tuned,
-    tuning_seeds,
+    method_grids,
 )
 
 DEMO_SETTING = "Fashion-MNIST, two classes per client"
@@ -71,24 +70,13 @@ DEMO_TUNE_COMMAND = "fedretain reproduce demo-tune --out results/demo-tune --sca
 
 def demo_grids() -> list[Grid]:
     """Every method's tuning grid: the learning rates, and its own key's values."""
-    grids = []
-    for method, keys in DEMO_METHODS.items():
-        own = DEMO_GRIDS.get(method)
-        values = {"lr": DEMO_LRS, **({own[0]: own[1]} if own else {})}
-        bounds = {own[0]: own[2]} if own else {}
-        grids.append(Grid(method, keys, values, bounds))
-    return grids
+    return method_grids(DEMO_METHODS, DEMO_LRS, DEMO_GRIDS)
 
 
 def demo_tuned() -> list[Tuned]:
     """The choices the demo ships (``tuned.json``'s ``demo``: the committed
     ``results/demo-tune/choices.json``)."""
-    chosen = tuned("demo")["settings"][DEMO_SETTING]
-    return [
-        Tuned(m, c["chosen"], c["grid"], c["points"], c["edge"])
-        for m, c in chosen.items()
-        if c["chosen"] is not None
-    ]
+    return shipped_choices("demo", DEMO_SETTING)
 
 
 def demo_base(scale: str, data: Data) -> dict[str, Any]:
@@ -334,10 +322,7 @@ def demo_tune(scale: str, seeds: list[int], data: Data) -> Plan:
         "Tuning the demo's methods alike on a validation split",
         "none: the choice the demo ships (its learning rates and hyper-parameters)",
         base,
-        [
-            RunSpec(DEMO_SETTING, g.label(p), seed, {**g.overrides, **p, "seed": seed}, g.method)
-            for g, p, seed in grid_points(grids, tuning_seeds(seeds))
-        ],
+        tuning_runs(DEMO_SETTING, grids, seeds),
         grids,
         Criterion(),
         scale_reasons(scale),

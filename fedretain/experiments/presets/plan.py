@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from fedretain.errors import ConfigError
@@ -441,6 +442,34 @@ def tuning_plan(
             "validation split (the summary)."
         ],
     )
+
+
+def tuning_runs(setting: str, grids: list[Any], seeds: list[int]) -> list[RunSpec]:
+    """A tuning study's runs: every point of every grid in ``setting``, on the tuning seeds
+    (:func:`fedretain.experiments.tuning.tuning_seeds`: none an evaluation seed)."""
+    from fedretain.experiments.tuning import grid_points, tuning_seeds
+
+    return [
+        RunSpec(setting, g.label(p), seed, {**g.overrides, **p, "seed": seed}, g.method)
+        for g, p, seed in grid_points(grids, tuning_seeds(seeds))
+    ]
+
+
+def shipped_choices(preset: str, setting: str, path: Path | None = None) -> list[Tuned]:
+    """The choices the package ships for ``preset`` in ``setting`` (``tuned.json``: its tuning
+    study's committed ``choices.json``); a ConfigError when it ships none."""
+    from fedretain.experiments.tuning import TUNED_FILE, tuned
+
+    entry = tuned(preset, path or TUNED_FILE)
+    try:
+        chosen = entry["settings"][setting]
+    except (KeyError, TypeError):
+        raise ConfigError(f"no tuned values for preset {preset} in setting {setting}") from None
+    return [
+        Tuned(m, c["chosen"], c["grid"], c["points"], c["edge"])
+        for m, c in chosen.items()
+        if c["chosen"] is not None
+    ]
 
 
 def data_keys(data: Data) -> dict[str, Any]:

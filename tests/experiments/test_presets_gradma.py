@@ -12,13 +12,15 @@ import pytest
 
 from fedretain.experiments.presets import INF, PRESETS, Data, Plan
 from fedretain.experiments.presets import gradma as g
+from fedretain.experiments.presets import gradma_columns as gc
+from fedretain.experiments.presets import gradma_figures as gf
 from fedretain.experiments.reproduce import as_args, reproduce, resolve_data
 from fedretain.recipe.config import load_config
 
 SEEDS = Path("/work/shared/seeds/gradma-cvpr2023.txt")  # the paper's text, where present
 TABLES = {"gradma-cifar10": "cifar10", "gradma-cifar100": "cifar100"}
 TABLES["gradma-tinyimagenet"] = "tiny-imagenet"
-FIGURES = {"gradma-fig5": g.GRADMA_FIG5_PANELS, "gradma-fig6": g.GRADMA_FIG6_PANELS}
+FIGURES = {"gradma-fig5": gf.GRADMA_FIG5_PANELS, "gradma-fig6": gf.GRADMA_FIG6_PANELS}
 NEW = [*TABLES, *FIGURES]
 
 
@@ -163,7 +165,7 @@ def test_below_paper_scale_the_tables_run_the_methods_their_claims_compare():
     for name, full in (("gradma-cifar100", "S=5"), ("gradma-tinyimagenet", "ω=0.01, S=5")):
         plan = plan_of(name, "small")
         for setting in plan.settings():
-            want = g.GRADMA_MEMORY_METHODS if setting == full else g.GRADMA_CORE_METHODS
+            want = gc.GRADMA_MEMORY_METHODS if setting == full else gc.GRADMA_CORE_METHODS
             assert plan.methods(setting) == list(want), (name, setting)
         assert len(plan.runs) == 33 and "FedAvgM" in plan.left_out
         cfg = configs(plan)[0]  # LeNet-5 for VGG-11 / ResNet-20 (the reasons say why)
@@ -187,16 +189,16 @@ def test_ci_runs_digits_cheaply(name):
 
 def test_fig5_sweeps_the_papers_beta_grid_beside_mifa_and_mifam():
     plan = plan_of("gradma-fig5", "paper", seeds=1)
-    assert plan.settings() == list(g.GRADMA_FIG5_PANELS)
+    assert plan.settings() == list(gf.GRADMA_FIG5_PANELS)
     assert plan.sweep is not None and plan.sweep.key == "β2" and not plan.sweep.log
-    for panel, (dataset, alpha) in g.GRADMA_FIG5_PANELS.items():
+    for panel, (dataset, alpha) in gf.GRADMA_FIG5_PANELS.items():
         specs = [s for s in plan.runs if s.setting == panel]
         points = {
             (s.overrides["algo.beta1"], s.overrides["algo.beta2"])
             for s in specs
             if s.overrides.get("algorithm") == "gradma-s"
         }
-        assert points == {(a, b) for a in g.GRADMA_BETAS for b in g.GRADMA_BETAS}  # 36
+        assert points == {(a, b) for a in gf.GRADMA_BETAS for b in gf.GRADMA_BETAS}  # 36
         assert {s.method for s in specs} >= {"MIFA", "MIFAM"}
         for cfg in configs(plan, panel):
             assert cfg.partition_params["alpha"] == alpha
@@ -204,7 +206,7 @@ def test_fig5_sweeps_the_papers_beta_grid_beside_mifa_and_mifam():
             assert cfg.model == g.GRADMA_MODELS[dataset]
             assert cfg.rounds == g.GRADMA_PAPER_ROUNDS[dataset]
             if cfg.algorithm == "gradma-s":
-                assert cfg.algo["memory"] == g.GRADMA_FIG5_MEMORY  # m = 100
+                assert cfg.algo["memory"] == gf.GRADMA_FIG5_MEMORY  # m = 100
     # on MNIST's own files the CIFAR-10 panel reads CIFAR-10 from the default folder
     assert {c.dataset for c in configs(plan, "CIFAR-10 ω=0.01")} == {"cifar10"}
     assert {c.dataset for c in configs(plan, "MNIST ω=0.01")} == {"mnist"}
@@ -216,10 +218,10 @@ def test_fig5_sweeps_the_papers_beta_grid_beside_mifa_and_mifam():
 
 def test_fig6_sweeps_the_memory_size_and_m0_is_fedavgm():
     plan = plan_of("gradma-fig6", "paper", seeds=1)
-    assert plan.settings() == list(g.GRADMA_FIG6_PANELS)
-    for panel, (dataset, alpha) in g.GRADMA_FIG6_PANELS.items():
+    assert plan.settings() == list(gf.GRADMA_FIG6_PANELS)
+    for panel, (dataset, alpha) in gf.GRADMA_FIG6_PANELS.items():
         cfgs = configs(plan, panel)
-        assert [c.algo["memory"] for c in cfgs] == list(g.GRADMA_MEMORIES)
+        assert [c.algo["memory"] for c in cfgs] == list(gf.GRADMA_MEMORIES)
         assert {c.partition_params["alpha"] for c in cfgs} == {alpha}
         assert {c.model for c in cfgs} == {g.GRADMA_MODELS[dataset]}
     assert plan.methods("MNIST ω=0.1")[0] == "GradMA-S m=0 (FedAvgM)"
@@ -236,7 +238,7 @@ class Grid:
         if method in ("MIFA", "MIFAM"):
             return self.mifa
         for (b1, b2), x in self.top.items():
-            if method == g.beta_name(b1, b2):
+            if method == gf.beta_name(b1, b2):
                 return x
         return None
 
@@ -286,7 +288,7 @@ def test_fig6_claims_read_the_sweep():
     )
     for claim in plan.claims:
         assert claim.check(paper_like) is True, claim.text
-    flat = Memory({p: dict.fromkeys((0, *sizes), 0.7) for p in g.GRADMA_FIG6_PANELS})
+    flat = Memory({p: dict.fromkeys((0, *sizes), 0.7) for p in gf.GRADMA_FIG6_PANELS})
     assert comparable.check(flat) is True
     assert below.check(flat) is False and cifar.check(flat) is False and gap.check(flat) is False
 

@@ -15,7 +15,8 @@ Modules: :mod:`~fedretain.experiments.presets.plan` (the plan, the registry, the
 checks and the run builders every preset uses), then one per paper, each registering its
 presets: :mod:`~fedretain.experiments.presets.fedreg`,
 :mod:`~fedretain.experiments.presets.fedcurv`, :mod:`~fedretain.experiments.presets.fedcil`,
-:mod:`~fedretain.experiments.presets.gradma`, :mod:`~fedretain.experiments.presets.tce` and
+:mod:`~fedretain.experiments.presets.gradma` (with ``gradma_columns`` and
+``gradma_figures``), :mod:`~fedretain.experiments.presets.tce` and
 :mod:`~fedretain.experiments.presets.demo` (``demo`` and ``demo-tune``), and
 :mod:`~fedretain.experiments.presets.bench` (``forgetting-bench``, the head-to-head no paper
 ran, and its tuning ``forgetting-bench-tune``). This package names
@@ -82,6 +83,12 @@ from fedretain.experiments.presets.fedreg import (
 from fedretain.experiments.presets.fedcurv import fedcurv_table1
 from fedretain.experiments.presets.fedcil import fedcil_table1
 from fedretain.experiments.presets.gradma import gradma_table1, gradma_table2
+from fedretain.experiments.presets.gradma_columns import (
+    gradma_cifar10,
+    gradma_cifar100,
+    gradma_tinyimagenet,
+)
+from fedretain.experiments.presets.gradma_figures import gradma_fig5, gradma_fig6
 from fedretain.experiments.presets.tce import TCE_VARIANTS, tce_method, tce_table1
 from fedretain.experiments.presets.demo import (
     DEMO_CHANCE,
@@ -149,8 +156,13 @@ __all__ = [
     "forgetting_bench",
     "forgetting_bench_tune",
     "ge",
+    "gradma_cifar10",
+    "gradma_cifar100",
+    "gradma_fig5",
+    "gradma_fig6",
     "gradma_table1",
     "gradma_table2",
+    "gradma_tinyimagenet",
     "higher",
     "highest",
     "lt",

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from fedretain.experiments.presets import PRESETS, Data
-from fedretain.experiments.presets import fedreg as preset
+from fedretain.experiments.presets import fedreg_emnist as preset_em
+from fedretain.experiments.presets import fedreg_table3 as preset3
 from fedretain.experiments.reproduce import as_args, reproduce, resolve_data
 from fedretain.recipe.config import load_config
 from tests.data.test_data_cifar import write_cifar100
@@ -32,7 +33,7 @@ def run_keys(plan, spec) -> dict:
 def cifar100(folder: Path, weights: bool) -> Data:
     folder.mkdir(parents=True, exist_ok=True)
     if weights:
-        (folder / preset.VIT_WEIGHTS[0]).write_bytes(b"")  # only looked for, not read here
+        (folder / preset3.VIT_WEIGHTS[0]).write_bytes(b"")  # only looked for, not read here
     return Data("cifar100", str(folder), "cifar100")
 
 
@@ -48,7 +49,7 @@ def write_ct(root: Path, groups: int = 4) -> Path:
                 )
                 if split == "train":
                     rows.append((f"{name}/{i}.png", str((i + c) % groups)))
-    with open(root / preset.CT_GROUPS, "w", newline="") as f:
+    with open(root / preset3.CT_GROUPS, "w", newline="") as f:
         csv.writer(f).writerows([("path", "group"), *rows])
     return root
 
@@ -58,25 +59,25 @@ def write_ct(root: Path, groups: int = 4) -> Path:
 
 def test_table3_paper_scale_runs_app_b2_settings_of_both_cifar100_columns(tmp_path):
     plan = plan_of("fedreg-table3", "paper", cifar100(tmp_path, weights=True))
-    assert plan.settings() == [preset.RESNET9_SETTING, preset.VIT_SETTING]
+    assert plan.settings() == [preset3.RESNET9_SETTING, preset3.VIT_SETTING]
     for setting in plan.settings():
         assert plan.methods(setting) == ["SGD", "FedAvg", "FedProx", "FedCurv", "FedReg"]
         for spec in (r for r in plan.runs if r.setting == setting):
             keys = run_keys(plan, spec)
             # §4.1: 50,000 clients of one image each (a random split); App. B.2: the rest
             assert keys["partition"] == "iid" and keys["clients"] == 50000
-            for key, value in preset.TABLE3_PAPER[setting].items():
+            for key, value in preset3.TABLE3_PAPER[setting].items():
                 assert keys[key] == value, (setting, spec.method, key)
-            for key, value in preset.TABLE3_METHODS[setting][spec.method].items():
+            for key, value in preset3.TABLE3_METHODS[setting][spec.method].items():
                 assert keys[key] == value, (setting, spec.method, key)
             cfg = load_config(None, as_args({**keys, "name": spec.method}))
             assert cfg.dataset == "cifar100" and cfg.data_dir == str(tmp_path)
-    vit = next(r for r in plan.runs if r.setting == preset.VIT_SETTING)
-    assert vit.overrides["model.weights"] == str(tmp_path / preset.VIT_WEIGHTS[0])
+    vit = next(r for r in plan.runs if r.setting == preset3.VIT_SETTING)
+    assert vit.overrides["model.weights"] == str(tmp_path / preset3.VIT_WEIGHTS[0])
     assert {r.seed for r in plan.runs} == {0, 1, 2} and len(plan.runs) == 2 * 5 * 3
     # the paper's numbers, once, from Table 3; SCAFFOLD's '-' cells are explained, not run
     for (setting, method), row in plan.paper.items():
-        assert tuple(row.values()) == preset.TABLE3[setting][method]
+        assert tuple(row.values()) == preset3.TABLE3[setting][method]
     assert "SCAFFOLD" not in {r.method for r in plan.runs}
     assert "too memory-consuming" in plan.left_out
     assert plan.reference == "SGD" and plan.chance == 0.01 and not plan.reasons
@@ -85,22 +86,22 @@ def test_table3_paper_scale_runs_app_b2_settings_of_both_cifar100_columns(tmp_pa
 
 def test_table3_without_the_vit_weights_runs_resnet9_and_says_what_to_provide(tmp_path):
     plan = plan_of("fedreg-table3", "paper", cifar100(tmp_path, weights=False))
-    assert plan.settings() == [preset.RESNET9_SETTING]
-    assert {s for s, _ in plan.paper} == {preset.RESNET9_SETTING}
-    assert not any(preset.VIT_SETTING in c.text for c in plan.claims)
+    assert plan.settings() == [preset3.RESNET9_SETTING]
+    assert {s for s, _ in plan.paper} == {preset3.RESNET9_SETTING}
+    assert not any(preset3.VIT_SETTING in c.text for c in plan.claims)
     (reason,) = plan.reasons
-    assert f"'{preset.VIT_SETTING}' not run" in reason and preset.VIT_WEIGHTS[0] in reason
+    assert f"'{preset3.VIT_SETTING}' not run" in reason and preset3.VIT_WEIGHTS[0] in reason
     # a torch file of the other name counts too
-    (tmp_path / preset.VIT_WEIGHTS[1]).write_bytes(b"")
-    assert preset.vit_weights(Data("cifar100", str(tmp_path), "cifar100")) == (
-        tmp_path / preset.VIT_WEIGHTS[1]
+    (tmp_path / preset3.VIT_WEIGHTS[1]).write_bytes(b"")
+    assert preset3.vit_weights(Data("cifar100", str(tmp_path), "cifar100")) == (
+        tmp_path / preset3.VIT_WEIGHTS[1]
     )
-    assert preset.vit_weights(Data("cifar100", "", "cifar100", missing="no files")) is None
+    assert preset3.vit_weights(Data("cifar100", "", "cifar100", missing="no files")) is None
 
 
 def test_table3_small_trains_lenet5_on_the_papers_clients_and_leaves_the_vit_to_a_gpu(tmp_path):
     plan = plan_of("fedreg-table3", "small", cifar100(tmp_path, weights=True))
-    assert plan.settings() == [preset.RESNET9_SETTING] and len(plan.runs) == 5 * 3
+    assert plan.settings() == [preset3.RESNET9_SETTING] and len(plan.runs) == 5 * 3
     keys = run_keys(plan, plan.runs[0])
     assert keys["model"] == "lenet5" and keys["clients_per_round"] == 20
     assert keys["rounds"] == 100 and keys["clients"] == 50000
@@ -112,17 +113,17 @@ def test_table3_small_trains_lenet5_on_the_papers_clients_and_leaves_the_vit_to_
 def test_table3_ct_paper_scale_runs_app_b2_settings(tmp_path):
     data = Data("imagefolder", str(tmp_path), "imagefolder")
     plan = plan_of("fedreg-table3-ct", "paper", data)
-    assert plan.settings() == [preset.CT_SETTING]
-    assert plan.methods(preset.CT_SETTING) == list(preset.CT_METHODS)  # SCAFFOLD too
+    assert plan.settings() == [preset3.CT_SETTING]
+    assert plan.methods(preset3.CT_SETTING) == list(preset3.CT_METHODS)  # SCAFFOLD too
     for spec in plan.runs:
         keys = run_keys(plan, spec)
         assert keys["partition"] == "natural" and keys["dataset.groups_file"] == "groups.csv"
-        for key, value in {**preset.CT_PAPER, **preset.CT_METHODS[spec.method]}.items():
+        for key, value in {**preset3.CT_PAPER, **preset3.CT_METHODS[spec.method]}.items():
             assert keys[key] == value, (spec.method, key)
         cfg = load_config(None, as_args({**keys, "name": spec.method}))
         assert cfg.model_params == {"norm": "group", "groups": 4, "pool": "flatten"}
         assert cfg.dataset_params == {"size": 224, "groups_file": "groups.csv"}
-    assert {m: tuple(row.values()) for (_, m), row in plan.paper.items()} == preset.TABLE3_CT
+    assert {m: tuple(row.values()) for (_, m), row in plan.paper.items()} == preset3.TABLE3_CT
     assert plan.chance == 0.5 and plan.metrics == ["R_1", "final", "top"]
     small = plan_of("fedreg-table3-ct", "small", data)
     assert run_keys(small, small.runs[0])["dataset.size"] == 32
@@ -153,7 +154,7 @@ def test_table3_runs_at_ci_on_tiny_cifar100_files(tmp_path):
     dirs = [f"cifar100={tmp_path / 'cifar100'}"]
     reproduce(["fedreg-table3"], tmp_path / "out", scale="ci", data_dirs=dirs, echo=lambda s: 0)
     text = check_report(tmp_path / "out", "fedreg-table3", dirs)
-    assert f"### {preset.VIT_SETTING}" in text and "SCAFFOLD" in text  # named as left out
+    assert f"### {preset3.VIT_SETTING}" in text and "SCAFFOLD" in text  # named as left out
 
 
 def test_table3_ct_runs_at_ci_on_a_tiny_image_folder(tmp_path):
@@ -190,14 +191,17 @@ def test_without_files_the_table3_presets_say_what_to_provide(tmp_path, name, mo
 
 def test_table1_emnist_paper_scale_runs_app_b2_settings():
     plan = plan_of("fedreg-table1-emnist", "paper", Data("emnist", "", "emnist"))
-    assert plan.methods(preset.EMNIST_SETTING) == list(preset.EMNIST_METHODS)
+    assert plan.methods(preset_em.EMNIST_SETTING) == list(preset_em.EMNIST_METHODS)
     for spec in plan.runs:
         keys = run_keys(plan, spec)
-        for key, value in {**preset.EMNIST_PAPER, **preset.EMNIST_METHODS[spec.method]}.items():
+        for key, value in {
+            **preset_em.EMNIST_PAPER,
+            **preset_em.EMNIST_METHODS[spec.method],
+        }.items():
             assert keys[key] == value, (spec.method, key)
         cfg = load_config(None, as_args({**keys, "name": spec.method}))
         assert cfg.dataset_params == {"split": "digits"} and cfg.clients == 10000
-    assert {m: tuple(row.values()) for (_, m), row in plan.paper.items()} == preset.TABLE1_EMNIST
+    assert {m: tuple(row.values()) for (_, m), row in plan.paper.items()} == preset_em.TABLE1_EMNIST
     assert not plan.reasons and len(plan.claims) == 4
 
 

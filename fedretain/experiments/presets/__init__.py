@@ -13,7 +13,8 @@ still evaluated, mostly to "did not hold" at that scale.
 
 Modules: :mod:`~fedretain.experiments.presets.plan` (the plan, the registry, the claims'
 checks and the run builders every preset uses), then one per paper, each registering its
-presets: :mod:`~fedretain.experiments.presets.fedreg`,
+presets: :mod:`~fedretain.experiments.presets.fedreg` (with ``fedreg_table3`` and
+``fedreg_emnist``),
 :mod:`~fedretain.experiments.presets.fedcurv`, :mod:`~fedretain.experiments.presets.fedcil`,
 :mod:`~fedretain.experiments.presets.gradma` (with ``gradma_columns`` and
 ``gradma_figures``), :mod:`~fedretain.experiments.presets.tce` and
@@ -80,6 +81,8 @@ from fedretain.experiments.presets.fedreg import (
     fedreg_table2,
     fedreg_table4,
 )
+from fedretain.experiments.presets import fedreg_table3  # noqa: F401 (registers Table 3)
+from fedretain.experiments.presets.fedreg_emnist import fedreg_table1_emnist
 from fedretain.experiments.presets.fedcurv import fedcurv_table1
 from fedretain.experiments.presets.fedcil import fedcil_table1
 from fedretain.experiments.presets.gradma import gradma_table1, gradma_table2
@@ -149,6 +152,7 @@ __all__ = [
     "fedcil_table1",
     "fedcurv_table1",
     "fedreg_table1",
+    "fedreg_table1_emnist",
     "fedreg_table2",
     "fedreg_table4",
     "fewer",

@@ -82,9 +82,10 @@ def ci(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     return run
 
 
-def check_at_ci(ci: Callable[..., Path], name: str) -> None:
+def check_at_ci(ci: Callable[..., Path], name: str) -> str:
     """Preset ``name`` runs at ci: a verdict for every claim; every run finished and every
-    image present, or, where the data its runs read are missing, the report says so."""
+    image present, or, where the data its runs read are missing, the report says so. Returns
+    the report's text."""
     out = ci(name)
     text = (out / "report.md").read_text()
     section = plan_section(name, out, "ci", None, ci_data_dirs(name, out.parent), [], out, False)
@@ -95,7 +96,7 @@ def check_at_ci(ci: Callable[..., Path], name: str) -> None:
         assert any(v in row for v in VERDICTS), row
     if data.missing:
         assert not FMNIST and "Not run: the data are missing" in text
-        return
+        return text
     assert f"Runs: {len(plan.runs)} of {len(plan.runs)} finished" in text
     assert "Runs that failed" not in text
     for image in re.findall(r"\]\(([^)]+\.png)\)", text):
@@ -103,3 +104,4 @@ def check_at_ci(ci: Callable[..., Path], name: str) -> None:
     for spec in plan.runs:
         done = "privacy.json" if spec.study is not None else "summary.json"
         assert (out / spec.folder / done).is_file()
+    return text

@@ -11,4 +11,5 @@ __all__ = ["ci"]  # the module's fixture
 
 @pytest.mark.parametrize("name", presets_of("TCE"))
 def test_every_tce_preset_runs_at_ci_and_reports_every_claim(ci, name):
-    check_at_ci(ci, name)
+    text = check_at_ci(ci, name)
+    assert "### α=0.1" in text  # every column at the paper's α, its learning rates a sweep

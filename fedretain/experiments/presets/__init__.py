@@ -93,6 +93,7 @@ from fedretain.experiments.presets.gradma_columns import (
 )
 from fedretain.experiments.presets.gradma_figures import gradma_fig5, gradma_fig6
 from fedretain.experiments.presets.tce import TCE_VARIANTS, tce_method, tce_table1
+from fedretain.experiments.presets.tce_columns import tce_cifar100, tce_femnist
 from fedretain.experiments.presets.demo import (
     DEMO_CHANCE,
     DEMO_GRIDS,
@@ -182,6 +183,8 @@ __all__ = [
     "shipped_choices",
     "slug",
     "standin_reason",
+    "tce_cifar100",
+    "tce_femnist",
     "tce_method",
     "tce_table1",
     "tuning_plan",

@@ -15,6 +15,7 @@ from fedretain.experiments.reproduce import as_args, preset_names, reproduce
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
 from fedretain.recipe.config import load_config
+from tests.data.test_data_cifar import write_cifar10
 from tests.experiments.presets_at_ci import FMNIST, PAPERS, check_at_ci, ci, presets_of
 
 __all__ = ["ci"]  # the module's fixture
@@ -264,3 +265,25 @@ def test_the_ledger_lists_every_claim_of_every_report_with_counts_per_paper(ci, 
     assert page.count("| all |") == 1 and total in page  # the counts are unchanged
     assert main(["ledger", str(tmp_path / "results"), "--out", str(tmp_path / "claims.md")]) == 0
     assert (tmp_path / "claims.md").read_text() == page
+
+
+def test_a_second_datasets_runs_read_its_data_dir_and_are_not_run_without_it(tmp_path):
+    from fedretain.experiments.reproduce import plan_section
+    from tests.data.test_datasets import write_mnist_like
+
+    write_mnist_like(tmp_path / "mnist")  # gradma-fig6 on MNIST's own files: its CIFAR-10 panel
+    write_cifar10(tmp_path / "cifar", per_batch=4)  # reads a second dataset
+
+    def states(dirs: list[str]) -> dict[str, set[str]]:
+        section = plan_section("gradma-fig6", tmp_path / "o", "small", 1, dirs, [], tmp_path, False)
+        out: dict[str, set[str]] = {}
+        for job in section.jobs:
+            data_dir = next((a for a in job.args if a.startswith("data_dir=")), "")
+            out.setdefault(job.spec.setting, set()).add(f"{job.state} {data_dir}")
+        return out
+
+    alone = states([f"mnist={tmp_path / 'mnist'}"])
+    assert alone["CIFAR-10 ω=1.0"] == {"missing data_dir="}  # not run, said so: no failure
+    assert alone["MNIST ω=0.1"] == {f"fresh data_dir={tmp_path / 'mnist'}"}
+    both = states([f"mnist={tmp_path / 'mnist'}", f"cifar10={tmp_path / 'cifar'}"])
+    assert both["CIFAR-10 ω=1.0"] == {f"fresh data_dir={tmp_path / 'cifar'}"}

@@ -198,10 +198,14 @@ def plan_section(
     data = resolve_data(entry.meta["dataset"], entry.meta.get("standin"), data_dirs)
     n = seeds or entry.meta["seeds"][scale]
     plan = entry.factory(scale, list(range(n)), data)
-    jobs, read = [], set()
+    named = dict(d.split("=", 1) for d in data_dirs if "=" in d)
+    jobs, read, others = [], set(), {}
     for spec in plan.runs:
-        args = as_args({**plan.base, **spec.overrides, "name": spec.method, "threads": threads})
-        args += extra
+        keys = {**plan.base, **spec.overrides, "name": spec.method, "threads": threads}
+        second = keys.get("dataset") not in (None, data.name, data.paper)
+        if second and not keys.get("data_dir") and keys["dataset"] in named:
+            keys["data_dir"] = named[keys["dataset"]]  # a second dataset's --data-dir
+        args = as_args(keys) + extra
         cfg = load_config(None, args)  # every setting checked before anything runs
         read.add(cfg.dataset)
         run_folder = folder / spec.folder
@@ -211,10 +215,16 @@ def plan_section(
         else:
             state = job_state(run_folder, cfg)
         jobs.append(Job(name, spec, args, run_folder, state))
+        if second:
+            others.setdefault(cfg.dataset, []).append(len(jobs) - 1)
     if data.missing and data.paper in read:
         jobs = [replace(job, state="missing") for job in jobs]
     elif data.missing:  # nothing reads the missing files
         data = replace(data, name=", ".join(sorted(read)), missing="")
+    for dataset, at in others.items():  # a second dataset (a figure's other panel) missing
+        if resolve_data(dataset, None, data_dirs).missing:
+            for i in at:
+                jobs[i] = replace(jobs[i], state="missing")
     command = command_line(name, out / name if several else out, scale, n, data_dirs, extra)
     return Section(name, plan, data, folder, jobs, command, scale)
 

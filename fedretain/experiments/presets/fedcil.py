@@ -328,9 +328,10 @@ def fedcil_base(scale: str, data: Data, column: str) -> dict[str, Any]:
                 "eval_every": 3,
                 "checkpoint_every": 3,
             },
-            ci={
+            ci={  # two tasks: the smoke test of a column costs a third of five's
+                "scenario.tasks": 2,
                 "scenario.rounds_per_task": 1,
-                "rounds": 5,
+                "rounds": 2,
                 "local_steps": 2,
                 "lr": 1e-3,
                 "model.width": 4,

@@ -24,6 +24,7 @@ from fedretain.experiments.presets.plan import (
     data_keys,
     every,
     higher,
+    joined,
     lt,
     pick,
     ranking,
@@ -271,19 +272,15 @@ def bench_paragraph(v: Values, plan: Plan) -> str:
         forgot = ranking(
             v, setting, methods, "loss_increase", lower=True, thresholds=plan.thresholds
         )
-        text = f"- **{setting}**: leading ({_listed(order.top())}); {order.describe()}"
+        text = f"- **{setting}**: leading ({joined(order.top())}); {order.describe()}"
         if forgot.means:
-            text += f" Forgot least: {_listed(forgot.top())}."
+            text += f" Forgot least: {joined(forgot.top())}."
         lines.append(text)
     return (
         "Leaderboards, one per setting (means over the seeds; a method ranks above another "
         "only where their paired gap exceeds both the seeds' spread and a practical threshold "
         "of 1 point; every other pair is named indistinguishable):\n\n" + "\n".join(lines)
     )
-
-
-def _listed(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 PRESETS.add(

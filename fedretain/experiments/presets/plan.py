@@ -344,7 +344,7 @@ class Ranking:
     def describe(self) -> str:
         """Every pair in words: which methods rank above which, and the indistinguishable
         pairs."""
-        above = [f"{m} ranks above {_joined(self.beats(m))}" for m in self.order if self.beats(m)]
+        above = [f"{m} ranks above {joined(self.beats(m))}" for m in self.order if self.beats(m)]
         ties = [f"{a} and {b}" for a, b in self.ties()]
         if not above:
             return "No pair of methods ranks apart: every pair is indistinguishable."
@@ -364,7 +364,7 @@ class Ranking:
         ]
 
 
-def _joined(names: Sequence[str]) -> str:
+def joined(names: Sequence[str]) -> str:
     """``["a", "b", "c"]`` -> ``"a, b and c"``."""
     names = list(names)
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

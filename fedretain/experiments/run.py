@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
-from fedretain.engines.round import DivergenceError, Engine, Rounds
+from fedretain.engines.round import DivergenceError, Rounds
 from fedretain.errors import ConfigError
 from fedretain.experiments.checkpoint import (
     Checkpoint,
@@ -73,7 +73,6 @@ from fedretain.recipe.config import Config, resolved
 from fedretain.recipe.federation import (
     Federation,
     build_federation,
-    client_store,
     modes_restored,
 )
 from fedretain.registry import kind
@@ -202,22 +201,7 @@ def build_rounds(cfg: Config, out: Path | None = None) -> tuple[Federation, Roun
     """The federation of ``cfg`` and its rounds on the config's engine, without a results
     folder (a disk store needs ``out``); for tests, benchmarks and notebooks."""
     fed = build_federation(cfg)
-    return fed, rounds_of(fed, kind("engine").build(cfg.engine, cfg.engine_params, fed), out)
-
-
-def rounds_of(fed: Federation, engine: Engine, out: Path | None) -> Rounds:
-    """The rounds of ``fed`` on ``engine``, with the config's client store (a disk store in
-    ``out/client_state``) and divergence policy."""
-    store = client_store(fed.config, out)
-    return Rounds(
-        fed.algorithm,
-        fed.task,
-        fed.clients,
-        engine,
-        store,
-        on_divergence=fed.config.on_divergence,
-        clients_at=fed.clients_for_round if fed.continual is not None else None,
-    )
+    return fed, fed.rounds(kind("engine").build(cfg.engine, cfg.engine_params, fed), out)
 
 
 # The built-in observers by name (a checkpoint keeps each one's state under it): factory(run)
@@ -281,7 +265,7 @@ class Run:
         ckpt = resume_point(self.out, cfg, fed.device) if resume else None
         if ckpt is None:
             shutil.rmtree(self.out / "client_state", ignore_errors=True)
-        self.rounds = rounds_of(fed, self.engine, self.out)
+        self.rounds = fed.rounds(self.engine, self.out)
         self.rounds.keep_local_models = any(o.needs_local_models for o in self.observers.values())
         self.out.mkdir(parents=True, exist_ok=True)
         write_toml(self.out / "config.toml", resolved(cfg))
@@ -633,7 +617,6 @@ __all__ = [
     "build_rounds",
     "checkpoint_of",
     "observers_of",
-    "rounds_of",
     "run_experiment",
     "summary_of",
 ]

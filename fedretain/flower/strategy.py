@@ -66,9 +66,7 @@ class AlgorithmStrategy(Strategy):
         fed = build_federation(cfg)
         params = component_params(cfg, "engine")
         engine = flower(fed, params["client_cpus"], params["reply_timeout"])
-        rounds = Rounds(
-            fed.algorithm, fed.task, fed.clients, engine, on_divergence=cfg.on_divergence
-        )
+        rounds = fed.rounds(engine)
         state = fed.algorithm.server_init(*fed.task.init())
         return cls(rounds, state, fed.participation.clients, cfg.lr_at)
 

@@ -28,7 +28,7 @@ from fedretain.core.task import Task
 from fedretain.data.base import Dataset
 from fedretain.data.datasets import load_dataset
 from fedretain.data.partition import make_partition, train_val_split
-from fedretain.engines.round import Clients, LocalSpec
+from fedretain.engines.round import Clients, Engine, LocalSpec, Rounds
 from fedretain.engines.schedule import PARTICIPATIONS, Participation
 from fedretain.engines.store import STORES, ClientStore
 from fedretain.errors import ConfigError, DataError
@@ -69,6 +69,21 @@ class Federation:
         if self.config.eval_batch_size:
             return self.config.eval_batch_size
         return 100 if self.device.type == "cpu" and self.task.convolutional else 1000
+
+    def rounds(self, engine: Engine, out: Path | None = None) -> Rounds:
+        """This federation's rounds on ``engine``: the clients of each round (a continual
+        scenario's task parts), the config's client store (a disk store in
+        ``out/client_state``; in memory without ``out``) and divergence policy. The one way
+        to build them: the run and the Flower deployment's strategy both do."""
+        return Rounds(
+            self.algorithm,
+            self.task,
+            self.clients,
+            engine,
+            client_store(self.config, out),
+            on_divergence=self.config.on_divergence,
+            clients_at=self.clients_for_round if self.continual is not None else None,
+        )
 
     def clients_for_round(self, rnd: int) -> Clients:
         """The clients of round ``rnd``: in a continual scenario, with the parts of that round's

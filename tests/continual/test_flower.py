@@ -97,3 +97,26 @@ def test_continual_methods_on_flower_equal_the_sequential_engine(continual_clien
     assert {k: v for k, v in seq.ledger.state().items() if k != "lost"} == {
         k: v for k, v in fl.ledger.state().items() if k != "lost"
     }
+
+
+def test_the_deployment_strategy_weights_each_round_by_that_tasks_client_data():
+    """AlgorithmStrategy (a ServerApp of one's own) builds its rounds as a run does: in a
+    class-incremental scenario each round's clients hold that task's parts, which weight the
+    aggregation, as on the sequential engine."""
+    from fedretain.experiments.run import build_rounds
+    from fedretain.flower.strategy import AlgorithmStrategy
+
+    cfg = make_config(CI)
+    strategy = AlgorithmStrategy.from_config(cfg)
+    _, sequential = build_rounds(cfg)
+    clients = [0, 1, 2]
+    sizes = {}
+    for rnd in range(cfg.rounds):
+        both = []
+        for rounds in (strategy.rounds, sequential):
+            opened = rounds.open(strategy.server_state, rnd, cfg.lr, clients=clients)
+            both.append([opened.work.clients.size(c) for c in clients])
+        assert both[0] == both[1], f"round {rnd}"
+        sizes[rnd] = both[0]
+    assert sizes[0] == sizes[1] and sizes[2] == sizes[3]
+    assert sizes[0] != sizes[2]  # the second task's classes: other parts, other weights

@@ -116,7 +116,7 @@ class ContinualRecorder(BaseObserver):
 
     # the observer's hooks --------------------------------------------------------------------
 
-    def record(self, record: Record) -> Record:
+    def record(self, record: Record, state: Tree) -> Record:
         return {"task": self.task_after(record["round"])}
 
     def state(self) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Diagnostics: observers of a run chosen by name (``diagnostics=forgetting``).
 
 A diagnostic is an :class:`~fedretain.experiments.observers.Observer` named as registered and
-built as ``factory(run, **params)`` with the options of ``diagnostics.<param>=value`` it takes.
+built as ``factory(fed, out, **params)`` (the run's federation and results folder) with the
+options of ``diagnostics.<param>=value`` it takes.
 It is told of each round, writes its own files into the results folder, may add keys to the
 records and adds a part to the summary. A new diagnostic is one
 :class:`~fedretain.experiments.observers.BaseObserver` subclass with the hooks it needs and one
@@ -19,7 +20,7 @@ from fedretain.core.algorithm import RoundInfo
 from fedretain.core.tree import Tree
 from fedretain.engines.round import train_client
 from fedretain.errors import ConfigError, unknown_choice
-from fedretain.experiments.observers import BaseObserver, Record
+from fedretain.experiments.observers import BaseObserver, Record, RoundResult
 from fedretain.files import read_jsonl, write_jsonl
 from fedretain.metrics.forgetting import Forgetting
 from fedretain.recipe.config import Config
@@ -27,7 +28,9 @@ from fedretain.recipe.federation import local_optimizer
 from fedretain.registry import Registry, kind
 
 if TYPE_CHECKING:
-    from fedretain.experiments.run import Run
+    from pathlib import Path
+
+    from fedretain.recipe.federation import Federation
 
 
 class ForgettingObserver(BaseObserver):
@@ -52,16 +55,16 @@ class ForgettingObserver(BaseObserver):
 
     def __init__(
         self,
-        run: Run,
+        fed: Federation,
+        out: Path,
         rounds: tuple = (),
         reference: str = "",
         samples: int = 0,
         fisher: bool = False,
     ) -> None:
-        fed = run.fed
-        self.run = run
-        self.path = run.out / "forgetting.jsonl"
-        self.heatmaps = set(rounds or [run.cfg.rounds])
+        self.fed, self.out = fed, out
+        self.path = out / "forgetting.jsonl"
+        self.heatmaps = set(rounds or [fed.config.rounds])
         self.reference = reference
         self.measure = Forgetting(
             fed.task,
@@ -70,37 +73,38 @@ class ForgettingObserver(BaseObserver):
             fed.val_parts,
             fed.eval_batch,
             pseudo=pseudo_data(fed.algorithm),  # FedReg's, with the run's settings if FedReg
-            seed=run.cfg.seed,
+            seed=fed.config.seed,
             eval_samples=samples,
             fisher=fisher,
         )
         # the reference's own default hyper-parameters: cfg.algo belongs to the run's algorithm
         self.ref_algorithm = (
-            kind("algorithm").build(reference, opt=local_optimizer(run.cfg)) if reference else None
+            kind("algorithm").build(reference, opt=local_optimizer(fed.config))
+            if reference
+            else None
         )
         self.ref_states: dict[int, Tree] = {}
-        self.start_model: tuple[Tree, Tree] | None = None
 
-    def before_round(self, rnd: int, clients: list[int]) -> None:
-        self.start_model = self.run.fed.algorithm.global_model(self.run.server_state)
-
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None:
-        assert self.start_model is not None
-        local = self.run.rounds.local_models
-        ref = self.reference_models(rnd, list(local)) if self.ref_algorithm else None
-        self.measure.round(rnd, self.start_model, local, ref)
+    def after_round(self, result: RoundResult) -> None:
+        start = self.fed.algorithm.global_model(result.before)
+        local = result.local_models
+        ref = self.reference_models(result, start) if self.ref_algorithm else None
+        self.measure.round(result.round, start, local, ref)
         write_jsonl(self.path, self.measure.records)
 
-    def reference_models(self, rnd: int, clients: list[int]) -> dict[int, tuple[Tree, Tree]]:
-        """The reference algorithm's local models from this round's start model."""
-        algo, fed, info_lr = self.ref_algorithm, self.run.fed, self.run.cfg.lr_at(rnd)
-        assert algo is not None and self.start_model is not None
+    def reference_models(
+        self, result: RoundResult, start: tuple[Tree, Tree]
+    ) -> dict[int, tuple[Tree, Tree]]:
+        """The reference algorithm's local models from this round's start model, on the
+        clients whose local models the round kept."""
+        algo, fed, clients = self.ref_algorithm, self.fed, list(result.local_models)
+        assert algo is not None
         cuda = fed.device.type == "cuda"
         rng = torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else []
-        info = RoundInfo(rnd, len(fed.clients), tuple(clients), info_lr, fed.clients.seed)
-        downlink = algo.broadcast(algo.server_init(*self.start_model), info)
+        info = RoundInfo(
+            result.round, len(fed.clients), tuple(clients), result.lr, fed.clients.seed
+        )
+        downlink = algo.broadcast(algo.server_init(*start), info)
         models = {}
         for cid in clients:
             state = self.ref_states.get(cid) or algo.client_init(downlink["x"])
@@ -125,11 +129,11 @@ class ForgettingObserver(BaseObserver):
     def finish(self, stopped: bool) -> dict[str, Any]:
         if stopped:
             return {}
-        if not self.run.cfg.plots:
+        if not self.fed.config.plots:
             return {"forgetting": self.measure.summary()}
         from fedretain.experiments.plots import plot_forgetting_heatmap, plot_loss_increase
 
-        out, label = self.run.out, self.run.cfg.label
+        out, label = self.out, self.fed.config.label
         rows = [r for r in self.measure.records if "loss_prev_mean" in r]
         if rows:
             plot_loss_increase(
@@ -155,8 +159,9 @@ def check_forgetting(cfg: Config) -> None:
         raise ConfigError(f"diagnostics.samples must be >= 0, got {params['samples']}")
 
 
-# factory(run, **options) -> the observer; ``check=fn(cfg)`` validates against the whole config
-DIAGNOSTICS = Registry("diagnostic", internal=("run",))
+# factory(fed, out, **options) -> the observer; ``check=fn(cfg)`` validates against the whole
+# config
+DIAGNOSTICS = Registry("diagnostic", internal=("fed", "out"))
 DIAGNOSTICS.add(
     "forgetting",
     ForgettingObserver,

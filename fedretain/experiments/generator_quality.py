@@ -28,11 +28,12 @@ from fedretain.continual.acgan import sample
 from fedretain.continual.quality import feature_extractor, frechet_distance, save_sample_grid
 from fedretain.errors import ConfigError
 from fedretain.experiments.diagnostics import DIAGNOSTICS
-from fedretain.experiments.observers import BaseObserver, Record
+from fedretain.experiments.observers import BaseObserver, Record, RoundResult
 from fedretain.files import read_jsonl, save_figure, write_jsonl
 
 if TYPE_CHECKING:
-    from fedretain.experiments.run import Run
+    from fedretain.core.tree import Tree
+    from fedretain.recipe.federation import Federation
 
 __all__ = ["GeneratorQuality"]
 
@@ -51,7 +52,8 @@ class GeneratorQuality(BaseObserver):
 
     def __init__(
         self,
-        run: Run,
+        fed: Federation,
+        out: Path,
         fid_every: int = 5,
         fid_samples: int = 1000,
         per_class: int = 8,
@@ -63,7 +65,7 @@ class GeneratorQuality(BaseObserver):
                 "diagnostics.fid_every, per_class and feature_epochs must be >= 1 and "
                 "diagnostics.fid_samples >= 2"
             )
-        self.run = run
+        self.fed, self.out, self.cfg = fed, out, fed.config
         self.fid_every = fid_every
         self.fid_samples = fid_samples
         self.per_class = per_class
@@ -74,20 +76,21 @@ class GeneratorQuality(BaseObserver):
 
     @property
     def path(self) -> Path:
-        return self.run.out / "generator_quality.jsonl"
+        return self.out / "generator_quality.jsonl"
 
     def extractor(self) -> torch.nn.Module:
         if self._extractor is None:
-            fed = self.run.fed
+            fed = self.fed
             self._extractor = feature_extractor(
                 fed.dataset, self.cache_dir, self.feature_epochs, seed=0, device=fed.device
             )
         return self._extractor
 
-    def generator(self) -> torch.nn.Module:
-        """The global model's generator as a module (a copy; the run's model is untouched)."""
-        fed = self.run.fed
-        params, buffers = fed.algorithm.global_model(self.run.server_state)
+    def generator(self, state: Tree) -> torch.nn.Module:
+        """The generator of ``state``'s global model as a module (a copy; the run's model is
+        untouched)."""
+        fed = self.fed
+        params, buffers = fed.algorithm.global_model(state)
         gen = copy.deepcopy(fed.task.model.generator)
         state = {
             k.removeprefix("generator."): v
@@ -97,32 +100,31 @@ class GeneratorQuality(BaseObserver):
         gen.load_state_dict(state)
         return gen.eval()
 
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None:
+    def after_round(self, result: RoundResult) -> None:
+        rnd = result.round
         done = rnd + 1
-        continual = self.run.fed.continual
+        continual = self.fed.continual
         assert continual is not None
         task_end = continual.scenario.task_end(done)
-        if done % self.fid_every and not task_end and done != self.run.cfg.rounds:
+        if done % self.fid_every and not task_end and done != self.cfg.rounds:
             return
         task = continual.scenario.task_of(rnd)  # the task of the round just run
         classes = continual.seen_classes(task)
-        gen = self.generator()
+        gen = self.generator(result.after)
         if task_end:
-            folder = self.run.out / "samples"
+            folder = self.out / "samples"
             folder.mkdir(parents=True, exist_ok=True)
             save_sample_grid(
-                gen, classes, folder / f"task-{task}.png", self.per_class, seed=self.run.cfg.seed
+                gen, classes, folder / f"task-{task}.png", self.per_class, seed=self.cfg.seed
             )
-        fed = self.run.fed
+        fed = self.fed
         y = fed.dataset.y_test.numpy()
         idx = np.flatnonzero(np.isin(y, classes))
-        rng = np.random.default_rng([self.run.cfg.seed, done])
+        rng = np.random.default_rng([self.cfg.seed, done])
         idx = np.sort(rng.permutation(idx)[: self.fid_samples])
         real = fed.dataset.x_test[torch.from_numpy(idx)]
         with torch.no_grad():
-            fake = sample(gen, torch.from_numpy(y[idx]), seed=self.run.cfg.seed * 100003 + done)
+            fake = sample(gen, torch.from_numpy(y[idx]), seed=self.cfg.seed * 100003 + done)
         fid = frechet_distance(self.extractor(), real, fake)  # it moves them to its device
         self.records.append({"round": done, "task": task, "fid": fid})
         write_jsonl(self.path, self.records)
@@ -138,7 +140,7 @@ class GeneratorQuality(BaseObserver):
         if stopped or not self.records:
             return {}
         last = self.records[-1]
-        if not self.run.cfg.plots:
+        if not self.cfg.plots:
             return {"generator_quality": {"fid": last["fid"], "round": last["round"]}}
         from fedretain.experiments.plots import plt
 
@@ -147,7 +149,7 @@ class GeneratorQuality(BaseObserver):
         ax.set_xlabel("round")
         ax.set_ylabel("Fréchet distance (cached classifier's features)")
         ax.grid(alpha=0.3)
-        save_figure(fig, self.run.out / "fid.png")
+        save_figure(fig, self.out / "fid.png")
         plt.close(fig)
         last = self.records[-1]
         return {"generator_quality": {"fid": last["fid"], "round": last["round"]}}

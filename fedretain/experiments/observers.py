@@ -8,10 +8,13 @@ the hooks, in this order):
 - ``start(done, records)``: the run starts at round ``done`` with the records so far (``0``
   and ``[]`` for a fresh run; a resumed run's rounds up to its checkpoint);
 - per round: ``before_round(rnd, clients)`` (``rnd`` 0-based, the round's clients), then
-  ``after_round(rnd, clients, lr, metrics)`` (the round's learning rate and metrics);
-- per evaluated round: ``record(record)`` returns the keys it adds to the round's record, a
-  row of ``metrics.jsonl`` (``record`` holds the run's own keys and what the observers before
-  this one added; it is read, not changed);
+  ``after_round(result)``, a :class:`RoundResult` (the server state before and after, the
+  clients, learning rate and metrics, the local models where asked for, whether the round is
+  recorded);
+- per evaluated round: ``record(record, state)`` returns the keys it adds to the round's
+  record, a row of ``metrics.jsonl`` (``record`` holds the run's own keys and what the
+  observers before this one added; it is read, not changed); ``state`` is the server state
+  the record evaluates (round 0's: the initial one);
 - ``state()`` at each checkpoint: its JSON state (None: nothing to keep), saved under its name;
 - ``finish(stopped)`` when the run ends: the keys it adds to ``summary.json`` (``stopped``:
   the run stopped early, after a diverged round);
@@ -19,14 +22,16 @@ the hooks, in this order):
 
 An observer implements only what it needs: :class:`BaseObserver` does nothing in every hook.
 ``needs_local_models`` asks the engine to keep each round's locally trained models
-(``run.rounds.local_models``).
+(``RoundResult.local_models``). An observer is told everything it needs in these hooks; it is
+built from the federation (its config, data, model and algorithm) and the results folder,
+never from the run, so that it can be tested with hand-made facts.
 
 The run's observers have names (the checkpoint keeps each state under it): the built-in ones
 (the continual recorder ``continual``, ``lost_replies``, the privacy ``accountant``, the
 ``tracker``, the ``progress`` bar: ``BUILT_IN`` and ``SHOWN_BY`` in
 :mod:`fedretain.experiments.run`, each a factory returning the observer or None) and the
 config's diagnostics (``diagnostics=NAME``, registered in ``kind("diagnostic")``, built as
-``factory(run, **options)``), which hear of the run after the first three and before the
+``factory(fed, out, **options)``), which hear of the run after the first three and before the
 tracker and the progress bar, so that those see every key of a record.
 
 The test accuracy and loss of a record come from the run's :class:`Evaluation`: the test set
@@ -37,6 +42,7 @@ The test accuracy and loss of a record come from the run's :class:`Evaluation`: 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fedretain.errors import DataError
@@ -52,10 +58,28 @@ __all__ = [
     "Evaluation",
     "LostReplies",
     "Observer",
+    "RoundResult",
     "WholeTestSet",
 ]
 
 Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What an observer is told of a round that has run: ``round`` (0-based), its clients,
+    learning rate and metrics, the server state ``before`` and ``after`` it, the clients'
+    locally trained models (``(params, buffers)`` by client; only when an observer has
+    ``needs_local_models``) and whether the run records the round (``evaluated``)."""
+
+    round: int
+    clients: list[int]
+    lr: float
+    metrics: dict[str, float]
+    before: Tree
+    after: Tree
+    local_models: dict[int, tuple[Tree, Tree]] = field(default_factory=dict)
+    evaluated: bool = False
 
 
 class Observer(Protocol):
@@ -69,11 +93,9 @@ class Observer(Protocol):
 
     def before_round(self, rnd: int, clients: list[int]) -> None: ...
 
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None: ...
+    def after_round(self, result: RoundResult) -> None: ...
 
-    def record(self, record: Record) -> Record: ...
+    def record(self, record: Record, state: Tree) -> Record: ...
 
     def state(self) -> dict[str, Any] | None: ...
 
@@ -96,12 +118,10 @@ class BaseObserver:
     def before_round(self, rnd: int, clients: list[int]) -> None:
         pass
 
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None:
+    def after_round(self, result: RoundResult) -> None:
         pass
 
-    def record(self, record: Record) -> Record:
+    def record(self, record: Record, state: Tree) -> Record:
         return {}
 
     def state(self) -> dict[str, Any] | None:
@@ -178,12 +198,10 @@ class AccountantObserver(BaseObserver):
                 file=sys.stderr,
             )
 
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None:
-        self.accountant.after_round(rnd, clients, lr)
+    def after_round(self, result: RoundResult) -> None:
+        self.accountant.after_round(result.round, result.clients, result.lr)
 
-    def record(self, record: Record) -> Record:
+    def record(self, record: Record, state: Tree) -> Record:
         return self.accountant.metrics()
 
     def state(self) -> dict[str, Any] | None:
@@ -208,12 +226,10 @@ class LostReplies(BaseObserver):
     def __init__(self) -> None:
         self.lost = 0.0
 
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None:
-        self.lost += metrics.get("lost_replies", 0.0)
+    def after_round(self, result: RoundResult) -> None:
+        self.lost += result.metrics.get("lost_replies", 0.0)
 
-    def record(self, record: Record) -> Record:
+    def record(self, record: Record, state: Tree) -> Record:
         lost, self.lost = self.lost, 0.0
         return {"lost_replies": int(lost)}
 

@@ -63,6 +63,7 @@ from fedretain.experiments.observers import (
     LostReplies,
     Observer,
     Record,
+    RoundResult,
     WholeTestSet,
 )
 from fedretain.experiments.outputs import clear_out
@@ -215,7 +216,7 @@ BUILT_IN: dict[str, Callable[[Run], Observer | None]] = {
 }
 SHOWN_BY: dict[str, Callable[[Run], Observer | None]] = {
     "tracker": lambda run: make_tracker(run.cfg, run.out),
-    "progress": lambda run: None if run.progress is False else RunProgress(run),
+    "progress": lambda run: None if run.progress is False else RunProgress(run.cfg, run.progress),
 }
 
 
@@ -225,7 +226,7 @@ def diagnostic(name: str) -> Callable[[Run], Observer]:
     def build(run: Run) -> Observer:
         own = kind("diagnostic").params(name)
         params = {k: v for k, v in run.cfg.diagnostics_params.items() if k in own}
-        return kind("diagnostic").build(name, params, run)
+        return kind("diagnostic").build(name, params, run.fed, run.out)
 
     return build
 
@@ -297,12 +298,15 @@ class Run:
         ids, lr = clients.tolist(), self.cfg.lr_at(rnd)
         for observer in self.observers.values():
             observer.before_round(rnd, ids)
-        self.server_state, metrics = self.rounds.run_round(
-            self.server_state, rnd, lr, clients=clients
-        )
+        before = self.server_state
+        self.server_state, metrics = self.rounds.run_round(before, rnd, lr, clients=clients)
         self.done = rnd + 1
+        local = self.rounds.local_models if self.rounds.keep_local_models else {}
+        result = RoundResult(
+            rnd, ids, lr, metrics, before, self.server_state, local, self.due(rnd + 1)
+        )
         for observer in self.observers.values():
-            observer.after_round(rnd, ids, lr, metrics)
+            observer.after_round(result)
         self.skipped += metrics.get("skipped_clients", 0.0)
         return metrics
 
@@ -332,7 +336,7 @@ class Run:
             "seconds": self.elapsed(),
         }
         for observer in self.observers.values():
-            record.update(observer.record(record))
+            record.update(observer.record(record, self.server_state))
         self.skipped = 0.0
         self.records.append(record)
         self.settled = True  # the round has its record, even if writing it fails
@@ -579,9 +583,8 @@ class RunProgress(BaseObserver):
     """The run's observer ``progress``: a :class:`Progress` bar moved at the end of every
     round, with the latest test accuracy."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.bar = Progress(run.cfg.label, run.cfg.rounds, run.progress)
+    def __init__(self, cfg: Config, progress: bool | None) -> None:
+        self.bar = Progress(cfg.label, cfg.rounds, progress)
         self.acc: float | None = None
         self.shown = False
 
@@ -590,13 +593,11 @@ class RunProgress(BaseObserver):
         self.shown = True
         self.acc = records[-1]["test_accuracy"] if records else None
 
-    def after_round(
-        self, rnd: int, clients: list[int], lr: float, metrics: dict[str, float]
-    ) -> None:
-        if not self.run.due(rnd + 1):  # an evaluated round moves the bar with its record
-            self.bar.update(rnd + 1, self.acc)
+    def after_round(self, result: RoundResult) -> None:
+        if not result.evaluated:  # an evaluated round moves the bar with its record
+            self.bar.update(result.round + 1, self.acc)
 
-    def record(self, record: Record) -> Record:
+    def record(self, record: Record, state: Tree) -> Record:
         self.acc = record["test_accuracy"]
         self.bar.update(record["round"], self.acc)
         return {}

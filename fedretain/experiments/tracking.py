@@ -6,8 +6,8 @@ A tracker is the run's observer ``tracker`` (:mod:`fedretain.experiments.observe
 
 - ``start(done, records)`` once, when the run knows what it keeps: ``0, []`` for a fresh run,
   the checkpoint's round and records (rounds ``0..done``) for a resumed one;
-- ``record(record)`` for each evaluated round, as it is appended to ``metrics.jsonl`` (it adds
-  nothing to the record);
+- ``record(record, state)`` for each evaluated round, as it is appended to ``metrics.jsonl``
+  (it adds nothing to the record; ``state``, the server state evaluated, it leaves);
 - ``close()`` once, when the run ends (also when it stops early).
 
 A resumed run never duplicates points: the tracker keeps what was written up to the
@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fedretain.core.tree import Tree
 from fedretain.experiments.observers import BaseObserver, Record
 from fedretain.extras import require
 from fedretain.recipe.config import Config
@@ -65,15 +66,19 @@ class TensorBoardTracker(BaseObserver):
         self.writer = SummaryWriter(str(self.folder), purge_step=done + 1)
         if replay:
             for r in records:
-                self.record(r)
+                self.write(r)
 
-    def record(self, record: Record) -> Record:
+    def record(self, record: Record, state: Tree) -> Record:
+        self.write(record)
+        return {}
+
+    def write(self, record: Record) -> None:
+        """The record's scalars at its round."""
         if self.writer is None:
             self.start(0, [])
         for tag, value in scalars(record).items():
             self.writer.add_scalar(tag, value, global_step=record["round"])
         self.writer.flush()
-        return {}
 
     def close(self) -> None:
         if self.writer is not None:

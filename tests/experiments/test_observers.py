@@ -112,3 +112,29 @@ def test_plots_off_writes_the_results_without_a_png(tmp_path):
     assert not list((tmp_path / "off").glob("*.png"))
     run_experiment(make_config(cfg), tmp_path / "on")  # the default draws them
     assert {p.name for p in (tmp_path / "on").glob("*.png")} >= {"accuracy.png", "forgetting.png"}
+
+
+def test_an_observer_is_told_the_round_and_needs_no_run(tmp_path):
+    """The forgetting diagnostic driven by hand with RoundResults of rounds run outside any
+    Run writes what it writes inside one: everything it reads is in what it is told."""
+    from fedretain.experiments.diagnostics import ForgettingObserver
+    from fedretain.experiments.observers import RoundResult
+    from fedretain.experiments.run import build_rounds
+
+    cfg = make_config({**TINY, "rounds": 3, "diagnostics": ["forgetting"], "plots": False})
+    run_experiment(cfg, tmp_path / "run", progress=False)
+    fed, rounds = build_rounds(cfg)
+    rounds.keep_local_models = True
+    (tmp_path / "alone").mkdir()
+    observer = ForgettingObserver(fed, tmp_path / "alone")
+    observer.start(0, [])
+    state = fed.algorithm.server_init(*fed.task.init())
+    for rnd in range(cfg.rounds):
+        clients, lr = fed.participation.clients(rnd), cfg.lr_at(rnd)
+        after, metrics = rounds.run_round(state, rnd, lr, clients=clients)
+        local = rounds.local_models
+        observer.after_round(RoundResult(rnd, clients.tolist(), lr, metrics, state, after, local))
+        state = after
+    alone = read_jsonl(tmp_path / "alone" / "forgetting.jsonl")
+    assert len(alone) == cfg.rounds
+    assert alone == read_jsonl(tmp_path / "run" / "forgetting.jsonl")

@@ -465,7 +465,7 @@ def test_counts_since_the_last_record_survive_a_resume_between_records(tmp_path,
     """Skipped clients (and lost replies) are counted from one record to the next: a
     checkpoint of a round without a record keeps the count so far."""
     from fedretain.engines.round import Rounds
-    from fedretain.experiments.observers import LostReplies
+    from fedretain.experiments.observers import LostReplies, RoundResult
 
     close, calls = Rounds.close, []
 
@@ -488,12 +488,12 @@ def test_counts_since_the_last_record_survive_a_resume_between_records(tmp_path,
     assert resumed == _without_seconds(tmp_path / "b" / "metrics.jsonl")
     assert [r["skipped_clients"] for r in resumed] == [0.0, 2.0, 2.0]
     lost = LostReplies()
-    lost.after_round(0, [0], 0.1, {"lost_replies": 2.0})
+    lost.after_round(RoundResult(0, [0], 0.1, {"lost_replies": 2.0}, {}, {}))
     again = LostReplies()
     again.load_state(lost.state())
-    assert again.record({}) == {"lost_replies": 2}
+    assert again.record({}, {}) == {"lost_replies": 2}
     again.load_state(None)  # a checkpoint written before the count was kept
-    assert again.record({}) == {"lost_replies": 0}
+    assert again.record({}, {}) == {"lost_replies": 0}
 
 
 def _flip(path, count=400):

@@ -37,7 +37,7 @@ def test_every_numeric_key_is_a_scalar_by_round(tmp_path):
     tracker = TensorBoardTracker(tmp_path)
     tracker.start(0, [])
     for r in RECORDS:
-        tracker.record(r)
+        tracker.record(r, {})
     tracker.close()
     acc = event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
@@ -52,12 +52,12 @@ def test_resume_keeps_rounds_to_the_checkpoint_and_drops_the_rest(tmp_path):
     first = TensorBoardTracker(tmp_path)  # killed after round 4, checkpoint at round 3
     first.start(0, [])
     for r in RECORDS[:5]:
-        first.record(r)
+        first.record(r, {})
     first.close()
     again = TensorBoardTracker(tmp_path)
     again.start(3, RECORDS[:4])
     for r in RECORDS[4:]:
-        again.record({**r, "test_accuracy": 9.0})
+        again.record({**r, "test_accuracy": 9.0}, {})
     again.close()
     got = points(tmp_path / "tensorboard", "test_accuracy")
     assert got == [(0, 0.0), (1, 0.1), (2, 0.2), (3, 0.3), (4, 9.0), (5, 9.0)]
@@ -66,7 +66,7 @@ def test_resume_keeps_rounds_to_the_checkpoint_and_drops_the_rest(tmp_path):
 def test_tracking_switched_on_at_resume_writes_the_kept_records(tmp_path):
     tracker = TensorBoardTracker(tmp_path)
     tracker.start(2, RECORDS[:3])
-    tracker.record(RECORDS[3])
+    tracker.record(RECORDS[3], {})
     tracker.close()
     assert [s for s, _ in points(tmp_path / "tensorboard", "test_accuracy")] == [0, 1, 2, 3]
 
@@ -75,11 +75,11 @@ def test_a_fresh_run_clears_an_old_folder(tmp_path):
     old = TensorBoardTracker(tmp_path)
     old.start(0, [])
     for r in RECORDS:
-        old.record(r)
+        old.record(r, {})
     old.close()
     new = TensorBoardTracker(tmp_path)
     new.start(0, [])
-    new.record(RECORDS[0])
+    new.record(RECORDS[0], {})
     new.close()
     assert points(tmp_path / "tensorboard", "test_accuracy") == [(0, 0.0)]
 

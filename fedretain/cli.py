@@ -270,6 +270,13 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="with --ray: GPUs per run (0.25: four runs share a GPU; runs then use device=cuda)",
     )
+    parser.add_argument(
+        "--max-retries",
+        type=int,
+        default=None,
+        help="with --ray: tries of a run again after its worker or node died (default 3); it "
+        "continues from its last checkpoint",
+    )
 
 
 def _cluster_of(args: argparse.Namespace) -> Any:
@@ -278,10 +285,13 @@ def _cluster_of(args: argparse.Namespace) -> Any:
     from fedretain.experiments.reproduce.cluster import RayCluster
 
     if args.ray is None:
-        if args.run_cpus != 1.0 or args.run_gpus != 0.0:
-            raise ConfigError("--run-cpus and --run-gpus size Ray tasks: give --ray with them")
+        if args.run_cpus != 1.0 or args.run_gpus != 0.0 or args.max_retries is not None:
+            raise ConfigError(
+                "--run-cpus, --run-gpus and --max-retries are for Ray tasks: give --ray with them"
+            )
         return None
-    return RayCluster(args.ray or None, args.run_cpus, args.run_gpus)
+    retries = 3 if args.max_retries is None else args.max_retries
+    return RayCluster(args.ray or None, args.run_cpus, args.run_gpus, retries)
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

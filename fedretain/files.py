@@ -13,11 +13,12 @@ strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, and :func:`read_json` and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,37 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a JSON-lines file written by :func:`write_jsonl`, as :func:`read_json`."""
     with open(path) as f:
         return [_decode(json.loads(line)) for line in f if line.strip()]
+
+
+LOCK = ".fedretain.lock"  # in a study's --out while a driver writes it
+
+
+@contextlib.contextmanager
+def driver_lock(folder: str | Path, command: str) -> Iterator[None]:
+    """Hold ``folder/.fedretain.lock`` while one ``fedretain COMMAND`` writes ``folder``: a
+    second driver on the same folder (on this machine, or another that shares it through a
+    filesystem with POSIX locks) stops at once with an :class:`OutputError`, having written
+    nothing. The lock goes with the process, also when it is killed; the empty file stays."""
+    import fcntl
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise OutputError(os_error_message(e, folder)) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise OutputError(
+                f"{folder} is being written by {holder}; wait for it to end or choose another "
+                "--out (nothing was written)"
+            ) from None
+        os.ftruncate(fd, 0)
+        who = f"fedretain {command} (pid {os.getpid()} on {os.uname().nodename})"
+        os.pwrite(fd, f"{who}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)

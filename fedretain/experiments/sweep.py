@@ -48,7 +48,7 @@ from fedretain.experiments.reproduce.jobs import (
     read_status,
     run_jobs,
 )
-from fedretain.files import atomic_write_text, read_json, write_json
+from fedretain.files import LOCK, atomic_write_text, driver_lock, read_json, write_json
 from fedretain.recipe.config import config_values, load_config, parse_value, toml_text
 
 MAX_RUNS = 10_000  # more runs in one sweep: refused unless max_runs (--max-runs) allows them
@@ -176,7 +176,8 @@ def _is_point(path: Path) -> bool:
 
 
 def _is_temporary(path: Path) -> bool:
-    return path.name[:1] == "." and path.suffix == ".tmp"  # of an atomic write
+    """An atomic write's temporary file, or the lock of the driver writing the folder."""
+    return path.name == LOCK or (path.name[:1] == "." and path.suffix == ".tmp")
 
 
 def written(out: Path) -> set[str]:
@@ -261,9 +262,8 @@ def sweep(
 ) -> tuple[Path, int]:
     """Run the sweep and write ``out/report.md``; returns its path and how many runs failed or
     diverged (no result from them). ``overwrite``: start over, removing what an earlier sweep
-    wrote in ``out`` (and nothing else)."""
-    from fedretain.experiments.report import compare
-
+    wrote in ``out`` (and nothing else). A second driver on ``out`` is refused while this
+    one runs (:func:`~fedretain.files.driver_lock`)."""
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     out = Path(out)
@@ -273,10 +273,25 @@ def sweep(
         overrides = cluster_settings(cluster, jobs, overrides, echo)
     threads = cluster.threads if cluster else THREADS
     planned = plan_sweep(config, overrides, axes, out, seeds, threads, max_runs, overwrite)
+    with driver_lock(out, "sweep"):
+        return _sweep(out, ours, planned, overwrite, jobs, echo, cluster)
+
+
+def _sweep(
+    out: Path,
+    ours: set[str],
+    planned: list[Job],
+    overwrite: bool,
+    jobs: int,
+    echo: Callable[[str], None],
+    cluster: RayCluster | None,
+) -> tuple[Path, int]:
+    """The sweep's runs and report, ``out`` locked (:func:`run_sweep`)."""
+    from fedretain.experiments.report import compare
+
     if overwrite:
         clear_sweep(out, ours)
         ours = set()
-    out.mkdir(parents=True, exist_ok=True)
     made = sorted({*(ours - {*REPORT_FILES, MANIFEST}), *(j.folder.parent.name for j in planned)})
     write_json(out / MANIFEST, {"points": made})
     grid = len({j.spec.method for j in planned})

@@ -17,7 +17,7 @@ import pytest
 from fedretain.cli import main
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.reproduce import RayCluster, reproduce
-from fedretain.experiments.reproduce.cluster import node_paths
+from fedretain.experiments.reproduce.cluster import no_node_fits, node_paths
 from fedretain.experiments.reproduce.jobs import plan_section, run_task
 
 ray = pytest.importorskip("ray")
@@ -199,7 +199,11 @@ def test_cluster_options_are_checked(tmp_path, capsys):
         RayCluster(run_cpus=0)
     with pytest.raises(ConfigError, match="whole number"):
         RayCluster(run_gpus=1.5)
+    with pytest.raises(ConfigError, match="max-retries"):
+        RayCluster(retries=-1)
     assert main(["reproduce", "demo", "--out", str(tmp_path), "--run-gpus", "1"]) == 2
+    assert "give --ray with them" in capsys.readouterr().err
+    assert main(["reproduce", "demo", "--out", str(tmp_path), "--max-retries", "1"]) == 2
     assert "give --ray with them" in capsys.readouterr().err
     args = ["reproduce", "demo", "--out", str(tmp_path), "--ray", "--jobs", "2"]
     assert main(args) == 2
@@ -231,3 +235,22 @@ def test_flower_runs_are_refused_before_ray_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "engine=flower runs its clients on a Ray of its own" in err and "1 other" in err
     assert not ray.is_initialized()
+
+
+def _node(cpus: float, gpus: float = 0, alive: bool = True) -> dict:
+    return {"Alive": alive, "Resources": {"CPU": cpus, **({"GPU": gpus} if gpus else {})}}
+
+
+def test_a_run_must_fit_one_node_not_the_clusters_totals():
+    """A task runs on one node: two 1-GPU nodes hold runs of 1 GPU, never one of 2 (which
+    the totals would admit and Ray would leave waiting for ever); dead nodes count for
+    nothing."""
+    two_gpus = [_node(8, 1), _node(8, 1)]
+    assert no_node_fits(two_gpus, 1, 1) == ""
+    assert no_node_fits(two_gpus, 1, 0.25) == ""
+    short = no_node_fits(two_gpus, 1, 2)
+    assert "no node of the Ray cluster can hold one run of 1 CPU and 2 GPU" in short
+    assert "the largest: 8 CPU, 1 GPU; 8 CPU, 1 GPU" in short
+    assert no_node_fits([_node(2), _node(2)], 3, 0).startswith("no node")
+    assert no_node_fits([_node(16, 4, alive=False), _node(2)], 4, 0).startswith("no node")
+    assert "none alive" in no_node_fits([_node(16, alive=False)], 1, 0)

@@ -159,3 +159,36 @@ def test_overwrite_removes_only_what_the_sweep_wrote(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["lr-0.2"]
     assert json.loads((out / MANIFEST).read_text()) == {"points": ["lr-0.2"]}
     assert "lr=0.05" not in (out / "report.md").read_text()
+
+
+def test_a_second_driver_on_the_same_out_is_refused_with_nothing_written(tmp_path, capsys):
+    """While one sweep or reproduce writes a folder (its lock held, here by another process),
+    a second on the same --out stops at once, naming the holder; once the first is gone the
+    same command runs."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "sweep"
+    hold = (
+        "import sys, time; from fedretain.files import driver_lock\n"
+        "with driver_lock(sys.argv[1], 'sweep'):\n"
+        "    print('held', flush=True); time.sleep(60)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        args = ["sweep", *TINY, "--grid", "lr=0.05,0.2", "--out", str(out)]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"being written by fedretain sweep (pid {holder.pid} on" in err
+        assert err.count("\n") == 1
+        assert main(["reproduce", "demo", "--scale", "ci", "--out", str(out)]) == 2
+        assert "being written by fedretain sweep" in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == [".fedretain.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(args) == 0  # the lock went with its process; its file is no stranger
+    assert len(list(out.glob("**/summary.json"))) == 2

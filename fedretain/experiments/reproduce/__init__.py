@@ -52,6 +52,7 @@ from fedretain.experiments.reproduce.jobs import (
 from fedretain.experiments.reproduce.markdown import cell, fmt
 from fedretain.experiments.reproduce.report import write_report, write_reports
 from fedretain.experiments.reproduce.results import Outcome, Results, View, outcomes_of
+from fedretain.files import driver_lock
 
 
 @dataclass
@@ -131,14 +132,15 @@ def reproduce(
             echo(f"{name}: not run: {section.data.missing}")
         sections.append(section)
     todo = [j for s in sections for j in s.jobs]
-    if report_only:
-        waiting = sum(j.state in ("fresh", "resume") for j in todo)
-        if waiting:
-            echo(f"--report-only: {waiting} run(s) not finished are reported as such")
-        errors: dict[Path, str] = {}
-    else:
-        errors = run_jobs(todo, jobs, echo, cluster, deadline)
-    report, counts = write_reports(sections, errors, out)
+    with driver_lock(out, "reproduce"):
+        if report_only:
+            waiting = sum(j.state in ("fresh", "resume") for j in todo)
+            if waiting:
+                echo(f"--report-only: {waiting} run(s) not finished are reported as such")
+            errors: dict[Path, str] = {}
+        else:
+            errors = run_jobs(todo, jobs, echo, cluster, deadline)
+        report, counts = write_reports(sections, errors, out)
     echo(f"report written to {report}")
     done = Reproduced(report, counts["diverged"], counts["failed"])
     if done.diverged or done.failed:

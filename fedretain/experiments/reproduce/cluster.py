@@ -48,6 +48,8 @@ class RayCluster:
     retries: int = 3  # tries again after a worker or node died
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.retries, int) and self.retries >= 0):
+            raise ConfigError(f"--max-retries must be a whole number >= 0, got {self.retries}")
         if not self.run_cpus > 0:
             raise ConfigError(f"--run-cpus must be > 0, got {self.run_cpus}")
         if not self.run_gpus >= 0:
@@ -132,16 +134,27 @@ def connect(cluster: RayCluster) -> Any:
         raise ConfigError(
             f"cannot reach the Ray cluster at {cluster.address or 'RAY_ADDRESS'}: {text}; {START}"
         ) from None
-    resources = ray.cluster_resources()
-    if resources.get("CPU", 0) < cluster.run_cpus or resources.get("GPU", 0) < min(
-        cluster.run_gpus, 1
-    ):
-        have = f"{resources.get('CPU', 0):g} CPU, {resources.get('GPU', 0):g} GPU"
-        raise ConfigError(
-            f"the Ray cluster has {have} in all: too few for one run of {cluster.run_cpus:g} "
-            f"CPU and {cluster.run_gpus:g} GPU; lower --run-cpus/--run-gpus or add nodes"
-        )
+    short = no_node_fits(ray.nodes(), cluster.run_cpus, cluster.run_gpus)
+    if short:
+        raise ConfigError(short)
     return ray
+
+
+def no_node_fits(nodes: list[dict[str, Any]], run_cpus: float, run_gpus: float) -> str:
+    """Why no live node of ``nodes`` (``ray.nodes()``) can hold one run of ``run_cpus`` CPUs
+    and ``run_gpus`` GPUs ("" when one can). A run's task goes to one node: a cluster whose
+    totals suffice but none of whose nodes does would leave the runs waiting for ever."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
+    if any(r.get("CPU", 0) >= run_cpus and r.get("GPU", 0) >= run_gpus for r in alive):
+        return ""
+    largest = sorted(alive, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), reverse=True)
+    shown = "; ".join(f"{r.get('CPU', 0):g} CPU, {r.get('GPU', 0):g} GPU" for r in largest[:3])
+    more = f" and {len(alive) - 3} more" if len(alive) > 3 else ""
+    return (
+        f"no node of the Ray cluster can hold one run of {run_cpus:g} CPU and {run_gpus:g} GPU "
+        f"(a run's task goes to one node; the largest: {shown or 'none alive'}{more}); lower "
+        "--run-cpus/--run-gpus or add a node that large"
+    )
 
 
 def ray_each(
@@ -197,4 +210,4 @@ def ray_each(
             ray.shutdown()
 
 
-__all__ = ["RayCluster", "cluster_settings", "connect", "node_paths", "ray_each"]
+__all__ = ["RayCluster", "cluster_settings", "connect", "no_node_fits", "node_paths", "ray_each"]

@@ -271,6 +271,14 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
         help="with --ray: GPUs per run (0.25: four runs share a GPU; runs then use device=cuda)",
     )
     parser.add_argument(
+        "--stall-after",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with --ray: stop when no run finished for this long (default: wait; a line every "
+        "minute says how many are left)",
+    )
+    parser.add_argument(
         "--max-retries",
         type=int,
         default=None,
@@ -285,13 +293,17 @@ def _cluster_of(args: argparse.Namespace) -> Any:
     from fedretain.experiments.reproduce.cluster import RayCluster
 
     if args.ray is None:
-        if args.run_cpus != 1.0 or args.run_gpus != 0.0 or args.max_retries is not None:
+        ray_only = (args.run_cpus != 1.0, args.run_gpus != 0.0, args.max_retries is not None)
+        if any(ray_only) or args.stall_after:
             raise ConfigError(
-                "--run-cpus, --run-gpus and --max-retries are for Ray tasks: give --ray with them"
+                "--run-cpus, --run-gpus, --max-retries and --stall-after are for Ray tasks: give "
+                "--ray with them"
             )
         return None
     retries = 3 if args.max_retries is None else args.max_retries
-    return RayCluster(args.ray or None, args.run_cpus, args.run_gpus, retries)
+    return RayCluster(
+        args.ray or None, args.run_cpus, args.run_gpus, retries, stall_after=args.stall_after
+    )
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

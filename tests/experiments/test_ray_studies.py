@@ -17,7 +17,7 @@ import pytest
 from fedretain.cli import main
 from fedretain.errors import ConfigError, DataError
 from fedretain.experiments.reproduce import RayCluster, reproduce
-from fedretain.experiments.reproduce.cluster import no_node_fits, node_paths
+from fedretain.experiments.reproduce.cluster import StalledError, no_node_fits, node_paths
 from fedretain.experiments.reproduce.jobs import plan_section, run_task
 
 ray = pytest.importorskip("ray")
@@ -88,6 +88,28 @@ def test_a_preset_on_a_ray_cluster_writes_the_local_report(cluster, tmp_path):
     # the runs ran on the worker node (another process), each recording its CPU there
     status = (on_ray / "e-10" / "fedavg" / "seed0" / "status.json").read_text()
     assert '"state": "finished"' in status and '"cpu"' in status
+
+
+@needs_fmnist
+def test_a_study_that_cannot_start_says_so_then_stops_after_its_stall_limit(cluster, tmp_path):
+    """The worker's one CPU held by another task: the study's runs cannot start. The driver
+    says how many are left while it waits and, at --stall-after, stops with one line and
+    cancels them; nothing of them is lost (the same command continues them)."""
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    blocker = ray.remote(num_cpus=1)(lambda: time.sleep(120)).remote()
+    try:
+        time.sleep(1)  # the blocker holds the CPU
+        lines: list[str] = []
+        slow = RayCluster(cluster.address, progress_every=0.5, stall_after=3)
+        with pytest.raises(StalledError, match=r"no run finished for [34] s \(--stall-after 3\)"):
+            reproduce([PRESET], tmp_path / "stalled", scale="ci", echo=lines.append, cluster=slow)
+        waiting = [line for line in lines if line.startswith("waiting: 0 of ")]
+        assert waiting and "pending or running" in waiting[-1]
+    finally:
+        ray.cancel(blocker, force=True)
+        if ray.is_initialized():
+            ray.shutdown()
+    assert not list((tmp_path / "stalled").glob("**/summary.json"))
 
 
 def driver(out: Path, address: str, *extra: str) -> list[str]:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedretain.errors import ConfigError
+from fedretain.errors import ConfigError, FedRetainError
 from fedretain.extras import require
 
 START = (
@@ -46,10 +47,14 @@ class RayCluster:
     run_cpus: float = 1.0
     run_gpus: float = 0.0
     retries: int = 3  # tries again after a worker or node died
+    progress_every: float = 60.0  # seconds between progress lines while no run finishes
+    stall_after: float = 0.0  # > 0: stop when no run finished for this many seconds
 
     def __post_init__(self) -> None:
         if not (isinstance(self.retries, int) and self.retries >= 0):
             raise ConfigError(f"--max-retries must be a whole number >= 0, got {self.retries}")
+        if not self.stall_after >= 0 or not self.progress_every > 0:
+            raise ConfigError(f"--stall-after must be seconds >= 0, got {self.stall_after}")
         if not self.run_cpus > 0:
             raise ConfigError(f"--run-cpus must be > 0, got {self.run_cpus}")
         if not self.run_gpus >= 0:
@@ -162,12 +167,16 @@ def ray_each(
     cluster: RayCluster,
     run: Callable[..., dict[str, Any]],
     deadline: float | None = None,
+    echo: Callable[[str], None] = print,
 ) -> Iterator[tuple[Any, dict[str, Any] | Exception]]:
     """Run the jobs ``todo`` (already in the order to start them) as Ray tasks, each calling
     ``run(args, folder, resume, study, deadline)``
     (:func:`~fedretain.experiments.reproduce.jobs.run_task`);
     yield each job as it ends, with its result or its error (the run's own exception where it
-    raised one, else Ray's)."""
+    raised one, else Ray's). While none ends, a line every ``cluster.progress_every`` seconds
+    says how many are left; after ``cluster.stall_after`` seconds without one (when set) the
+    study stops with a :class:`StalledError` and its runs are cancelled (the same command
+    continues them from their checkpoints)."""
     import ray
 
     flower = [str(j.folder) for j in todo if "engine=flower" in j.args]
@@ -192,9 +201,21 @@ def ray_each(
         ): job
         for job in todo
     }
+    total, last = len(pending), time.monotonic()
     try:
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready = _next_ready(ray, pending, cluster, last)
+            if not ready:
+                idle = time.monotonic() - last
+                if cluster.stall_after and idle >= cluster.stall_after:
+                    raise StalledError(_stalled(len(pending), total, idle, cluster))
+                finished = total - len(pending)
+                echo(
+                    f"waiting: {finished} of {total} run(s) finished, {len(pending)} pending or "
+                    f"running; the last finished {idle:.0f} s ago"
+                )
+                continue
+            last = time.monotonic()
             job = pending.pop(ready[0])
             try:
                 yield job, ray.get(ready[0])
@@ -210,4 +231,35 @@ def ray_each(
             ray.shutdown()
 
 
-__all__ = ["RayCluster", "cluster_settings", "connect", "no_node_fits", "node_paths", "ray_each"]
+class StalledError(FedRetainError):
+    """No run of a study on Ray finished within ``--stall-after`` seconds."""
+
+
+def _next_ready(ray: Any, pending: dict[Any, Any], cluster: RayCluster, last: float) -> list:
+    """The next finished task (``[]`` when none finished before the next progress line or
+    the stall limit, whichever comes first)."""
+    wait = cluster.progress_every
+    if cluster.stall_after:
+        wait = min(wait, max(cluster.stall_after - (time.monotonic() - last), 0.01))
+    ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
+    return ready
+
+
+def _stalled(left: int, total: int, idle: float, cluster: RayCluster) -> str:
+    return (
+        f"no run finished for {idle:.0f} s (--stall-after {cluster.stall_after:g}): {left} of "
+        f"{total} run(s) pending or running, now cancelled; `ray status` shows whether the "
+        "cluster has room for a run (--run-cpus, --run-gpus) and the nodes' logs what the "
+        "runs are doing; the same command continues them from their checkpoints"
+    )
+
+
+__all__ = [
+    "RayCluster",
+    "StalledError",
+    "cluster_settings",
+    "connect",
+    "no_node_fits",
+    "node_paths",
+    "ray_each",
+]

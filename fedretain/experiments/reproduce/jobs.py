@@ -372,6 +372,7 @@ def run_each(
     parallel: int,
     cluster: RayCluster | None = None,
     deadline: float | None = None,
+    echo: Callable[[str], None] = print,
 ) -> Iterator[tuple[Job, dict[str, Any] | Exception]]:
     """Run ``todo``, ``parallel`` at a time, each in its own process, or as Ray tasks on
     ``cluster`` (the costliest start first); yield each job as it ends, with its
@@ -382,7 +383,7 @@ def run_each(
 
     todo = sorted(todo, key=lambda j: -cost(algorithm_of(j)))
     if cluster is not None:
-        yield from ray_each(todo, cluster, run_task, deadline)
+        yield from ray_each(todo, cluster, run_task, deadline, echo)
         return
     if parallel <= 1 or len(todo) <= 1:
         for job in todo:
@@ -421,7 +422,7 @@ def run_jobs(
     for job in todo:  # a status left by an earlier try no longer holds
         (job.folder / STATUS).unlink(missing_ok=True)
     paused = 0
-    for i, (job, result) in enumerate(run_each(todo, parallel, cluster, deadline), 1):
+    for i, (job, result) in enumerate(run_each(todo, parallel, cluster, deadline, echo), 1):
         what = f"[{i}/{len(todo)}] {job.preset}: {job.spec.setting} / {job.spec.method} "
         what += f"seed {job.spec.seed}"
         if isinstance(result, Exception):

@@ -98,3 +98,37 @@ def test_parallel_jobs_report_a_failed_run_and_finish_the_others(tmp_path, capsy
     assert captured.err.count("\n") == 1 and "1 run(s) failed and 0 diverged" in captured.err
     status = json.loads((broken.parent / "status.json").read_text())
     assert status["state"] == "failed" and "checkpoint" in status["error"]
+
+
+def test_a_run_continued_elsewhere_lists_every_machine_and_the_report_names_it(
+    tmp_path, monkeypatch
+):
+    """A run paused after round 1 on one machine and continued on another (another CPU, as
+    a retry on another node would be): status.json lists both, in order, and the report's
+    machine lines name the run; continued on the same kind of machine, nothing is named."""
+    from types import SimpleNamespace
+
+    from fedretain.experiments.reproduce import jobs
+    from fedretain.experiments.reproduce.jobs import hardware_changed, machines_with, run_one
+    from fedretain.experiments.reproduce.report import machine_lines
+
+    folder = tmp_path / "setting" / "fedavg" / "seed0"
+    run_one([*TINY, "rounds=1"], str(folder), False)
+    first = json.loads((folder / "status.json").read_text())["machines"]
+    assert len(first) == 1 and first[0]["host"] and first[0]["torch"]
+    other = {**first[0], "cpu": "Another CPU", "avx512": not first[0]["avx512"], "host": "n2"}
+    monkeypatch.setattr(jobs, "provenance", lambda device="cpu": other)
+    run_one(TINY, str(folder), True)  # extended to 3 rounds from its checkpoint
+    machines = json.loads((folder / "status.json").read_text())["machines"]
+    assert machines == [first[0], other] and hardware_changed(machines)
+    assert json.loads((folder / "summary.json").read_text())["rounds"] == 3
+    job = SimpleNamespace(folder=folder)
+    results = SimpleNamespace(outcomes={0: SimpleNamespace(run=True, job=job, cpu={})})
+    assert not any("mid-run" in line for line in machine_lines(results))
+    results.outcomes[0].cpu = {"machines": machines}
+    named = [line for line in machine_lines(results) if "Changed machine mid-run" in line]
+    assert len(named) == 1 and "`seed0` of `setting/fedavg`" in named[0]
+    assert "Another CPU" in named[0] and "on n2" in named[0]
+    same_kind = {**first[0], "host": "n3"}  # another node of the same kind changes nothing
+    assert not hardware_changed([first[0], same_kind])
+    assert machines_with(folder, other) == machines  # the same machine again: not repeated

@@ -272,6 +272,44 @@ def cpu_text(info: dict[str, Any]) -> str:
     return f"GPU {info['gpu']} with CPU {cpu}" if info.get("gpu") else cpu
 
 
+def provenance(device: str = "cpu") -> dict[str, Any]:
+    """Where a process of a run runs: :func:`machine` and the host, and the versions of
+    fedretain, torch and numpy (a retried or resumed run may continue elsewhere)."""
+    import numpy
+    import torch
+
+    from fedretain import __version__
+
+    return {
+        **machine(device),
+        "host": platform.node(),
+        "fedretain": __version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+    }
+
+
+def machines_with(folder: Path, here: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every machine a run's processes ran on, in order: its status.json's ``machines`` (an
+    older status: its one machine), then ``here`` unless the last one is the same."""
+    status = read_status(folder)
+    seen = status.get("machines")
+    if not isinstance(seen, list):
+        seen = [{k: status[k] for k in MACHINE_KEYS if k in status}] if "cpu" in status else []
+    return seen if seen and seen[-1] == here else [*seen, here]
+
+
+def hardware_changed(machines: list[dict[str, Any]]) -> bool:
+    """Whether a run's processes ran on more than one kind of hardware or software (another
+    CPU, GPU, or version of fedretain, torch or numpy; another host of the same kind is
+    none): its numbers after the change may differ from those of an unbroken run."""
+    kinds = {tuple(m.get(k) for k in MACHINE_KEYS if k != "host") for m in machines}
+    return len(kinds) > 1
+
+
+MACHINE_KEYS = ("cpu", "avx512", "torch_cpu", "gpu", "host", "fedretain", "torch", "numpy")
+
+
 # -------------------------------------------------------------------------------- running
 
 
@@ -284,7 +322,8 @@ def run_one(
 ) -> dict[str, Any]:
     """One run, or one privacy study (in this process, a worker or a Ray task): its output
     goes to ``folder/run.log``, what became of it to ``folder/status.json`` (with the CPU it
-    ran on); returns the line the progress shows. ``deadline`` (``time.time()`` seconds): the
+    ran on, and under ``machines`` every machine its processes ran on: :func:`provenance`);
+    returns the line the progress shows. ``deadline`` (``time.time()`` seconds): the
     run pauses by then (``stop_after``, the time left when it starts); past it, it does not
     start."""
     from fedretain.experiments.run import run_experiment
@@ -297,11 +336,13 @@ def run_one(
         args = [*args, f"stop_after={left:.0f}"]
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    cpu = machine()
+    here = provenance()
+    cpu = {**machine(), "machines": machines_with(out, here)}
     with open(out / "run.log", "a") as log, redirect_stdout(log), redirect_stderr(log):
         try:
             cfg = load_config(None, args)
-            cpu = machine(cfg.device)
+            here = provenance(cfg.device)
+            cpu = {**machine(cfg.device), "machines": machines_with(out, here)}
             if study is not None:
                 result = PrivacyStudy(cfg, out, study_of(study)).run()
                 accs = ", ".join(

@@ -18,7 +18,12 @@ from fedretain.data.fetch import SOURCES
 from fedretain.experiments.presets import Plan, slug
 from fedretain.experiments.reproduce.claims import claims_section
 from fedretain.experiments.reproduce.figures import curves_figure, extra_plots, sweep_section
-from fedretain.experiments.reproduce.jobs import Section, cpu_text, job_command, machine
+from fedretain.experiments.reproduce.jobs import (
+    Section,
+    cpu_text,
+    hardware_changed,
+    job_command,
+)
 from fedretain.experiments.reproduce.markdown import cell, fmt, label, table
 from fedretain.experiments.reproduce.results import (
     Results,
@@ -174,29 +179,41 @@ def runs_lines(plan: Plan, results: Results, counts: dict[str, int]) -> list[str
 
 
 def machine_lines(results: Results) -> list[str]:
-    """The CPU(s) the runs ran on (from their status.json; this machine for older runs), and
-    why it matters."""
+    """The CPU(s) the runs ran on (from their status.json), and why it matters. The machine
+    that writes the report is never named: a report rewrites byte-identically on any."""
     ran: dict[str, int] = {}
     for o in {id(o.job): o for o in results.outcomes.values() if o.run}.values():
         key = cpu_text(o.cpu) if o.cpu else ""
         ran[key] = ran.get(key, 0) + 1
-    here = cpu_text(machine())
     recorded = {k: n for k, n in ran.items() if k}
     if not recorded:
-        where = f"this report was written on {here}"
-        where += "; the runs' CPU was not recorded" if ran else ""
+        where = "the runs did not record their CPU" if ran else "no run has a result yet"
     elif len(recorded) == 1 and not ran.get(""):
         where = f"the runs ran on {next(iter(recorded))}"
     else:
         where = "the runs ran on " + "; ".join(f"{k} ({n} runs)" for k, n in recorded.items())
         if ran.get(""):
             where += f"; {ran['']} runs did not record theirs"
-    return [
+    lines = [
         f"Machine: {where}. float32 results vary across CPUs: torch picks its kernels by the "
         "CPU's instruction set, so the same config and seed give different numbers on a CPU "
         "without AVX-512, and a margin within the seeds' spread may change sign.",
         "",
     ]
+    moved = {
+        o.job.folder: o.cpu["machines"]
+        for o in results.outcomes.values()
+        if o.run and hardware_changed(o.cpu.get("machines") or [])
+    }
+    for folder, machines in sorted(moved.items()):
+        kinds = " -> ".join(f"{cpu_text(m)} on {m.get('host', '?')}" for m in machines)
+        lines += [
+            f"Changed machine mid-run (resumed or retried elsewhere): `{folder.name}` of "
+            f"`{folder.parent.parent.name}/{folder.parent.name}`: {kinds}; its numbers after "
+            "the change may differ from an unbroken run's.",
+            "",
+        ]
+    return lines
 
 
 # ------------------------------------------------------------------------- the results

@@ -65,7 +65,7 @@ def outcomes_of(job: Job) -> dict[str, Outcome]:
     spec, folder = job.spec, job.folder
     rows = rows_of(spec)
     status = read_status(folder)
-    cpu = {k: status[k] for k in ("cpu", "avx512", "torch_cpu", "gpu") if k in status}
+    cpu = {k: status[k] for k in ("cpu", "avx512", "torch_cpu", "gpu", "machines") if k in status}
 
     def every(state: str, reason: str = "") -> dict[str, Outcome]:
         return {row: Outcome(state, job, reason, cpu=cpu) for row in rows}

@@ -49,14 +49,26 @@ from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree
 from fedretain.errors import ConfigError
 from fedretain.models.simple import SequentialModel
+from fedretain.models.vgg import VGG
 
-BLOCK_MODELS = "resnet18, resnet20, resnet9 (their stages), mlp, cnn, cnn2, cnn-fedavg, lenet5"
+BLOCK_MODELS = (
+    "resnet18, resnet20, resnet9, vgg11 (their stages), mlp, cnn, cnn2, cnn-fedavg, lenet5"
+)
+
+
+class SpatialMean(nn.Module):
+    """VGG's global average pool between its last stage and its head."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mean(dim=(-2, -1))
 
 
 def split_blocks(model: nn.Module) -> tuple[list[nn.Module], Callable[[Tensor], Tensor]]:
     """The model's blocks ``B_0 .. B_{L−1}`` and the ``pool`` between the last one and the head.
 
-    A model with ``blocks`` and ``pool`` (the ResNets) gives those. A :class:`SequentialModel`
+    A model with ``blocks`` and ``pool`` (the ResNets) gives those. VGG-11's conv stack is cut
+    after each max-pool (its stages, as the ResNets'), then its global average pool. A
+    :class:`SequentialModel`
     (``features = body``: mlp, cnn, cnn2, cnn-fedavg, lenet5) is cut after each ReLU of its
     body (layers after the last ReLU join the last block) and has no pool. Anything else is
     refused with a one-line error.
@@ -64,6 +76,17 @@ def split_blocks(model: nn.Module) -> tuple[list[nn.Module], Callable[[Tensor], 
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, nn.ModuleList) and len(blocks) and hasattr(model, "pool"):
         return list(blocks), model.pool
+    if isinstance(model, VGG):
+        stages: list[list[nn.Module]] = [[]]
+        for layer in model.body:
+            stages[-1].append(layer)
+            if isinstance(layer, nn.MaxPool2d):
+                stages.append([])
+        if len(stages) > 1 and not stages[-1]:
+            stages.pop()
+        elif len(stages) > 1:  # layers after the last pool join the last stage
+            stages[-2].extend(stages.pop())
+        return [nn.Sequential(*s) for s in stages], SpatialMean()
     if isinstance(model, SequentialModel):
         groups: list[list[nn.Module]] = [[]]
         for layer in model.body:

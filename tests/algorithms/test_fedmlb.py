@@ -163,20 +163,22 @@ def test_blocks_of_the_zoo_models():
     assert len(split_blocks(build_model("mlp", (64,), 10, hidden=[8, 8]))[0]) == 2
     assert len(split_blocks(build_model("mlp", (64,), 10, hidden=[]))[0]) == 1
     assert len(split_blocks(build_model("cnn", (1, 28, 28), 10))[0]) == 4
+    assert len(split_blocks(build_model("vgg11", (3, 32, 32), 100))[0]) == 5  # its stages
     cnn2_blocks, _ = split_blocks(build_model("cnn2", (1, 28, 28), 10))
     assert len(cnn2_blocks) == 3 and isinstance(cnn2_blocks[-1][-1], nn.Dropout)
     # cutting the body changes nothing: blocks then head give the model's output
-    model = build_model("cnn", (1, 28, 28), 10).eval()
-    x = torch.randn(2, 1, 28, 28)
-    blocks, pool = split_blocks(model)
-    h = x
-    for block in blocks:
-        h = block(h)
-    assert torch.allclose(model.head(pool(h)), model(x))
+    for name, shape in (("cnn", (1, 28, 28)), ("vgg11", (3, 32, 32))):
+        model = build_model(name, shape, 10).eval()
+        x = torch.randn(2, *shape)
+        blocks, pool = split_blocks(model)
+        h = x
+        for block in blocks:
+            h = block(h)
+        assert torch.allclose(model.head(pool(h)), model(x), atol=1e-6), name
 
 
 def test_refuses_a_model_it_cannot_split():
-    task = Task(build_model("vgg11", (3, 8, 8), 10), ce, num_classes=10)
+    task = Task(build_model("densenet121", (3, 32, 32), 10), ce, num_classes=10)
     algo = build_algorithm("fedmlb")
     info = RoundInfo(round=0, num_clients=1, clients=(0,), lr=0.1, seed=0)
     ctx = ClientContext(task=task, info=info, client_id=0, num_samples=1, data={})
@@ -185,8 +187,11 @@ def test_refuses_a_model_it_cannot_split():
         algo.local_init({"x": params, "buffers": buffers}, {}, ctx)
 
 
-def test_resnet20_step_runs():
-    task = Task(build_model("resnet20", (1, 8, 8), 10), ce, num_classes=10)
+@pytest.mark.parametrize(
+    "name, first", [("resnet20", "blocks.0.conv.weight"), ("vgg11", "body.0.weight")]
+)
+def test_a_step_of_a_staged_model_runs(name, first):
+    task = Task(build_model(name, (1, 8, 8), 10), ce, num_classes=10)
     algo = build_algorithm("fedmlb")
     params, buffers = task.init()
     b = {
@@ -200,7 +205,7 @@ def test_resnet20_step_runs():
     state = algo.local_init({"x": params, "buffers": buffers}, {}, ctx)
     new, metrics = algo.local_step(state, b, ctx)
     assert torch.isfinite(metrics["loss"])
-    assert not torch.equal(new["params"]["blocks.0.conv.weight"], params["blocks.0.conv.weight"])
+    assert not torch.equal(new["params"][first], params[first])
 
 
 # float64: the engines agree to rounding, which proves the same computation; float32: the

@@ -273,6 +273,7 @@ def test_partition_shows_the_task_plan():
     assert describe_task_plan(make_config({"dataset": "digits"}), fed.dataset) is None
 
 
+@pytest.mark.slow  # the in-process resume across task boundaries above stays in the default suite
 def test_sigkill_inside_a_task_then_resume_matches_uninterrupted(tmp_path):
     """A continual run with generative replay killed by SIGKILL in its second task resumes
     (client states, task switch, continual.jsonl) to the uninterrupted run's numbers."""

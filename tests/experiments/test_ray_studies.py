@@ -171,6 +171,7 @@ def kill_node(cluster, node) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow  # a minute of real processes; a preset on the cluster stays in the default
 @needs_fmnist
 def test_a_lost_worker_costs_only_its_unfinished_runs(cluster, tmp_path):
     out = tmp_path / "study"

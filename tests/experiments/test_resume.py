@@ -215,6 +215,7 @@ def _kill_at_round(cmd: list[str], out: Path, env: dict, rnd: int) -> None:
     proc.wait()
 
 
+@pytest.mark.slow  # test_sigkill_mid_run_then_resume_matches_uninterrupted stays in the default
 def test_sigkill_before_the_first_checkpoint_then_resume_starts_over(tmp_path):
     """A run killed before its first checkpoint (checkpoint_every=10, killed at round 3) is
     started over by --resume, which says so, and ends with the uninterrupted run's metrics."""

@@ -85,12 +85,12 @@ def test_privacy_is_refused_where_it_does_not_compose():
 
 
 def test_sigkill_then_resume_keeps_the_accountants_state(tmp_path):
-    settings = {**DIGITS, **DPSGD, "rounds": 12, "local_epochs": 3, "checkpoint_every": 1}
+    settings = {**DIGITS, **DPSGD, "rounds": 8, "local_epochs": 2, "checkpoint_every": 1}
     args = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in settings.items()]
     cli = [sys.executable, "-m", "fedretain.cli", "run"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed, full = tmp_path / "killed", tmp_path / "full"
-    _kill_at_round([*cli, *args, "--out", str(killed)], killed, env, 4)
+    _kill_at_round([*cli, *args, "--out", str(killed)], killed, env, 3)
     assert load_checkpoint(killed).extra["accountant"]["histories"]
     resumed = subprocess.run(
         [*cli, "--resume", str(killed)], env=env, capture_output=True, text=True

@@ -898,7 +898,7 @@ def continual_rows(opts: Options, emit: Emit) -> None:
     50 local steps (--quick: 5 steps, 5 consolidation steps, width 8), timed after a warm-up
     round; a FedCIL run of the paper (200 rounds of 400 steps) projected from it, an upper
     bound (the consolidation, a fixed cost per round, is scaled with the steps). The preset's
-    other methods cost less per step (``benchmarks/continual_flops.py``)."""
+    other methods cost less per step (``benchmarks/paper_cost.py``)."""
     from fedretain.experiments.presets import PRESETS
     from fedretain.experiments.reproduce.jobs import as_args, resolve_data
     from fedretain.recipe.config import load_config

@@ -245,13 +245,17 @@ def _anchor(package: Path, root: Path) -> str:
 
 def presets() -> str:
     """Every preset of ``fedretain reproduce`` from its registry: paper, table, data, scales
-    (with their seeds) and the small scale's estimate."""
+    (with their seeds), the small scale's estimate and the paper scale's on one H100
+    (``paper_cost.json``, written by benchmarks/paper_cost.py)."""
     from fedretain.data.fetch import SOURCES
     from fedretain.experiments.presets import PRESETS
+    from fedretain.experiments.reproduce.cost import read_costs
 
+    costs = read_costs()
     rows = [
-        "| preset | paper | what it runs | data | scales (seeds) | small: estimate |",
-        "|---|---|---|---|---|---|",
+        "| preset | paper | what it runs | data | scales (seeds) | small: estimate "
+        "| paper: one H100, from its FLOPs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, entry in PRESETS.items():
         meta = entry.meta
@@ -263,7 +267,8 @@ def presets() -> str:
         scales = ", ".join(f"{s} ({n})" for s, n in meta["seeds"].items())
         rows.append(
             f"| `{name}` | {_cell(meta['paper'])} | {_cell(entry.description)} | {data} "
-            f"| {scales} | {_cell(meta['estimate'])} |"
+            f"| {scales} | {_cell(meta['estimate'])} "
+            f"| {_cell(costs[name].text() if name in costs else 'not counted yet')} |"
         )
     return "\n".join(rows)
 

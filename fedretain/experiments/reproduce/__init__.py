@@ -149,15 +149,21 @@ def reproduce(
 
 
 def list_presets() -> list[str]:
-    """One line per preset: name, description, the paper's dataset, the small-scale estimate."""
+    """One line per preset: name, description, the paper's dataset, the small-scale estimate
+    and the paper scale's on one H100 (from its FLOPs: :mod:`.cost`)."""
+    from fedretain.experiments.reproduce.cost import read_costs
+
+    costs = read_costs()
     width = max(len(n) for n in PRESETS)
     out = []
     for name, entry in PRESETS.items():
         data = entry.meta["dataset"]
         if entry.meta.get("standin"):
             data += f" ({entry.meta['standin']} stands in)"
+        paper = f"; paper on one H100: {costs[name].text()}" if name in costs else ""
         out.append(
-            f"{name:<{width}}  {entry.description}; data: {data}; small: {entry.meta['estimate']}"
+            f"{name:<{width}}  {entry.description}; data: {data}; "
+            f"small: {entry.meta['estimate']}{paper}"
         )
     return out
 

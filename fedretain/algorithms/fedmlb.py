@@ -63,41 +63,36 @@ class SpatialMean(nn.Module):
         return x.mean(dim=(-2, -1))
 
 
+def cut_after(body: nn.Sequential, kind: type[nn.Module]) -> list[nn.Module]:
+    """``body`` cut after each layer of ``kind``; layers after the last one join the last
+    block (one block when there is none)."""
+    groups: list[list[nn.Module]] = [[]]
+    for layer in body:
+        groups[-1].append(layer)
+        if isinstance(layer, kind):
+            groups.append([])
+    if not groups[-1] and len(groups) > 1:
+        groups.pop()
+    elif len(groups) > 1:
+        groups[-2].extend(groups.pop())
+    return [nn.Sequential(*g) for g in groups]
+
+
 def split_blocks(model: nn.Module) -> tuple[list[nn.Module], Callable[[Tensor], Tensor]]:
     """The model's blocks ``B_0 .. B_{L−1}`` and the ``pool`` between the last one and the head.
 
     A model with ``blocks`` and ``pool`` (the ResNets) gives those. VGG-11's conv stack is cut
     after each max-pool (its stages, as the ResNets'), then its global average pool. A
-    :class:`SequentialModel`
-    (``features = body``: mlp, cnn, cnn2, cnn-fedavg, lenet5) is cut after each ReLU of its
-    body (layers after the last ReLU join the last block) and has no pool. Anything else is
-    refused with a one-line error.
+    :class:`SequentialModel` (``features = body``: mlp, cnn, cnn2, cnn-fedavg, lenet5) is cut
+    after each ReLU of its body and has no pool. Anything else is refused with a one-line error.
     """
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, nn.ModuleList) and len(blocks) and hasattr(model, "pool"):
         return list(blocks), model.pool
     if isinstance(model, VGG):
-        stages: list[list[nn.Module]] = [[]]
-        for layer in model.body:
-            stages[-1].append(layer)
-            if isinstance(layer, nn.MaxPool2d):
-                stages.append([])
-        if len(stages) > 1 and not stages[-1]:
-            stages.pop()
-        elif len(stages) > 1:  # layers after the last pool join the last stage
-            stages[-2].extend(stages.pop())
-        return [nn.Sequential(*s) for s in stages], SpatialMean()
+        return cut_after(model.body, nn.MaxPool2d), SpatialMean()
     if isinstance(model, SequentialModel):
-        groups: list[list[nn.Module]] = [[]]
-        for layer in model.body:
-            groups[-1].append(layer)
-            if isinstance(layer, nn.ReLU):
-                groups.append([])
-        if not groups[-1] and len(groups) > 1:
-            groups.pop()
-        elif len(groups) > 1:  # layers after the last ReLU join the last block
-            groups[-2].extend(groups.pop())
-        return [nn.Sequential(*g) for g in groups], nn.Identity()
+        return cut_after(model.body, nn.ReLU), nn.Identity()
     raise ConfigError(
         f"algorithm fedmlb needs a model split into blocks ({BLOCK_MODELS}); "
         f"got {type(model).__name__}"

@@ -42,11 +42,20 @@ def _umask() -> int:
     return mask
 
 
+def durable() -> bool:
+    """Whether written files are flushed to the disk before they replace the old ones: yes,
+    unless the environment sets ``FEDRETAIN_FSYNC=0`` (the test suite does; a scratch disk
+    may), which keeps every file whole or absent after a killed process but not after a
+    power loss."""
+    return os.environ.get("FEDRETAIN_FSYNC", "1") != "0"
+
+
 def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> None:
     """Write ``data`` to ``path`` through a temporary file and ``os.replace``.
 
     ``fsync=False`` skips flushing to the disk: the file is still whole or absent after a
-    killed process, but not after a power loss (for scratch files synced later in bulk).
+    killed process, but not after a power loss (for scratch files synced later in bulk);
+    :func:`durable` can turn flushing off for every file.
     """
     path = Path(path)
     tmp = None
@@ -56,7 +65,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, fsync: bool = True) -> Non
         with os.fdopen(fd, "wb") as f:
             os.fchmod(f.fileno(), 0o666 & ~_umask())  # mkstemp's files are 0600
             f.write(data)
-            if fsync:
+            if fsync and durable():
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)

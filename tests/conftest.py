@@ -15,6 +15,10 @@ from hypothesis import settings
 # suite: it sees an empty folder of its own
 os.environ["FEDRETAIN_DATA_HOME"] = tempfile.mkdtemp(prefix="fedretain-test-data-")
 
+# the suite tests what a killed process leaves, not a power loss: no fsync (inherited by the
+# real processes the tests start); tests/experiments/test_results.py checks the default flushes
+os.environ["FEDRETAIN_FSYNC"] = "0"
+
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
@@ -23,7 +27,30 @@ if os.environ.get("CI"):
 STANDIN = os.environ.get("FEDRETAIN_CUDA_STANDIN", "")
 
 
+# The longest test files, longest first (seconds of one worker on a 2-vCPU AMD EPYC, 2026-11-29;
+# benchmarks/RESULTS.md, "Test suite"): they are collected first, so that pytest-xdist
+# (scripts/test.sh: --dist loadfile --no-loadscope-reorder) hands them out first and the
+# workers end on short files together, instead of one worker finishing a 2-minute file alone
+LONGEST_FIRST = (
+    "tests/flower/test_deployment.py",  # 126 s
+    "tests/engines/test_vmap_conformance.py",  # 93
+    "tests/continual/test_scenario.py",  # 84
+    "tests/test_gpu_check.py",  # 83
+    "tests/experiments/test_reproduce.py",  # 64
+    "tests/experiments/test_ci_fedcil.py",  # 61
+    "tests/engines/test_auto.py",  # 54
+    "tests/privacy/test_runs.py",  # 51
+    "tests/flower/test_simulation.py",  # 47
+    "tests/experiments/test_resume.py",  # 45
+    "tests/experiments/test_ci_tce.py",  # 40
+    "tests/models/test_models.py",  # 42
+    "tests/experiments/test_ci_gradma.py",  # 41
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))
     if torch.cuda.is_available() or STANDIN == "cpu":
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -5,6 +5,7 @@ without them, such as the GPU image), and a tiny job runs there."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -60,34 +61,55 @@ def test_the_core_runs_without_flower_ray_opacus_or_tensorboard(without_extras):
     assert "final accuracy" in out and (site / "run" / "summary.json").is_file()
 
 
-@pytest.mark.parametrize(
-    ("args", "extra", "what"),
-    [
-        (["fedretain", "run", *TINY, "engine=flower"], "flower", "engine=flower needs flwr"),
-        (["fedretain", "run", *TINY, "privacy=dpsgd"], "privacy", "privacy=dpsgd needs opacus"),
-        (
-            ["fedretain", "run", *TINY, "privacy=client_fixed"],
-            "privacy",
-            "privacy=client_fixed needs opacus",
-        ),
-        (
-            ["fedretain", "run", *TINY, "tracking=tensorboard"],
-            "tracking",
-            "tracking=tensorboard needs tensorboard",
-        ),
-        (["fedretain.flower", "simulate", *TINY], "flower", "fedretain.flower needs flwr"),
-        (
-            ["fedretain", "reproduce", "demo", "--scale", "ci", "--ray"],
-            "flower",
-            "--ray needs ray",
-        ),
-    ],
-)
-def test_a_feature_without_its_package_names_the_extra_in_one_line(
-    without_extras, args, extra, what
-):
+CASES = [
+    (["fedretain", "run", *TINY, "engine=flower"], "flower", "engine=flower needs flwr"),
+    (["fedretain", "run", *TINY, "privacy=dpsgd"], "privacy", "privacy=dpsgd needs opacus"),
+    (
+        ["fedretain", "run", *TINY, "privacy=client_fixed"],
+        "privacy",
+        "privacy=client_fixed needs opacus",
+    ),
+    (
+        ["fedretain", "run", *TINY, "tracking=tensorboard"],
+        "tracking",
+        "tracking=tensorboard needs tensorboard",
+    ),
+    (["fedretain.flower", "simulate", *TINY], "flower", "fedretain.flower needs flwr"),
+    (["fedretain", "reproduce", "demo", "--scale", "ci", "--ray"], "flower", "--ray needs ray"),
+]
+# every case's `python -m MODULE ARGS` in one blocked process (one start of torch, not six):
+# [exit status, stderr] per case
+EACH = """
+import contextlib, io, json, runpy, sys
+
+results = []
+for argv in json.loads(sys.argv[1]):
+    err, code = io.StringIO(), 0
+    sys.argv = list(argv)
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    results.append([code, err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def refusals(without_extras):
     run, site = without_extras
-    code, _, err = run(*args, "--out", str(site / "x"))
+    (site / "each.py").write_text(EACH)
+    argvs = [[*args, "--out", str(site / f"x{i}")] for i, (args, _, _) in enumerate(CASES)]
+    code, out, err = run("each", json.dumps(argvs))
+    assert code == 0, err
+    return json.loads(out.splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[c[2] for c in CASES])
+def test_a_feature_without_its_package_names_the_extra_in_one_line(refusals, case):
+    _, extra, what = CASES[case]
+    code, err = refusals[case]
     assert code == 2, err
     assert err.count("\n") == 1 and what in err
     assert f'pip install "fedretain[{extra}]"' in err

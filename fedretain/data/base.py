@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
+
+TEST_DRAW_SEED = 20_221_128  # the draw of Dataset.with_test_samples, apart from any run's seed
 
 
 @dataclass
@@ -36,6 +38,18 @@ class Dataset:
     @property
     def train_labels(self) -> np.ndarray:
         return self.y_train.numpy()
+
+    def with_test_samples(self, n: int) -> Dataset:
+        """This dataset with ``n`` of its test samples (all of them for 0 or more than it
+        has): a draw of fixed seed, kept in test-set order, so every run that asks for ``n``
+        tests on the same samples whatever its own seed."""
+        total = len(self.y_test)
+        if not 0 < n < total:
+            return self
+        keep = np.sort(np.random.default_rng(TEST_DRAW_SEED).permutation(total)[:n])
+        idx = torch.from_numpy(keep)
+        groups = self.test_groups[keep] if self.test_groups is not None else None
+        return replace(self, x_test=self.x_test[idx], y_test=self.y_test[idx], test_groups=groups)
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:

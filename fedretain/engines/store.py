@@ -30,7 +30,7 @@ from safetensors.torch import save as st_save
 
 from fedretain.core.tree import Tree, flatten, tree_map, unflatten
 from fedretain.errors import ConfigError, DataError
-from fedretain.files import atomic_write_bytes
+from fedretain.files import atomic_write_bytes, durable
 from fedretain.registry import Registry
 
 STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -170,7 +170,8 @@ class DiskStore(ClientStore):
         """Hard-link every client file into ``target`` (copy where links are impossible)."""
         target = Path(target)
         target.mkdir(parents=True, exist_ok=True)
-        os.sync()  # the store's files were written without fsync
+        if durable():
+            os.sync()  # the store's files were written without fsync
         for cid in self._ids:
             _link_or_copy(self.path(cid), target / self.path(cid).name)
 

@@ -104,6 +104,11 @@ class Config:
         "model on a CPU, where 100 images' activations stay in cache (the zoo's CNNs evaluate "
         "1.4-1.9x faster than in batches of 1000), else 1000",
     )
+    test_samples: int = setting(
+        0,
+        "> 0: test (and evaluate the continual tasks) on this many test samples, the same "
+        "ones for every seed, method and engine (a fixed draw); 0: the whole test set",
+    )
     targets: list[float] = setting(
         help="accuracies for rounds_to (the first round reaching each)",
         factory=lambda: [0.5, 0.6, 0.7, 0.8, 0.9],
@@ -433,7 +438,14 @@ def validate(cfg: Config) -> None:
         cfg, "clients", "clients_per_round", "rounds", "batch_size", "eval_every", "local_epochs"
     )
     _positive(
-        cfg, "local_steps", "seed", "threads", "checkpoint_every", "eval_batch_size", minimum=0
+        cfg,
+        "local_steps",
+        "seed",
+        "threads",
+        "checkpoint_every",
+        "eval_batch_size",
+        "test_samples",
+        minimum=0,
     )
     _positive(cfg, "stop_after", minimum=0)
     if cfg.stop_after and not cfg.checkpoint_every:

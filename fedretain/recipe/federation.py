@@ -200,6 +200,7 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
     device = resolve_device(cfg.device)
     use_deterministic(device, cfg.deterministic)  # before anything runs on the device
     dataset = load_dataset(cfg.dataset, data_dir or cfg.data_dir or None, **cfg.dataset_params)
+    dataset = dataset.with_test_samples(cfg.test_samples)
     continual = continual_data(cfg, dataset)
     parts = continual.parts_for_round(0) if continual is not None else make_clients(cfg, dataset)
     val_parts = None

@@ -241,13 +241,30 @@ METHODS = {
 }
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """method -> (config, folder of its uninterrupted run), each run once for the module."""
+    runs: dict = {}
+
+    def get(method: str):
+        if method not in runs:
+            overrides = {k: v for k, v in METHODS[method].items() if k != "model.hidden"}
+            base = {
+                k: v for k, v in CI.items() if not (k == "model.hidden" and "model" in overrides)
+            }
+            cfg = make_config({**base, **overrides, "checkpoint_every": 100})
+            folder = tmp_path_factory.mktemp(f"whole-{method}")
+            run_experiment(cfg, folder, progress=False)
+            runs[method] = (cfg, folder)
+        return runs[method]
+
+    return get
+
+
 @pytest.mark.parametrize("stop", [2, 3])  # at a task boundary and inside a task
 @pytest.mark.parametrize("method", list(METHODS))
-def test_resume_inside_and_across_task_boundaries_is_exact(tmp_path, stop, method):
-    overrides = {k: v for k, v in METHODS[method].items() if k != "model.hidden"}
-    base = {k: v for k, v in CI.items() if not (k == "model.hidden" and "model" in overrides)}
-    cfg = make_config({**base, **overrides, "checkpoint_every": 100})
-    run_experiment(cfg, tmp_path / "whole", progress=False)
+def test_resume_inside_and_across_task_boundaries_is_exact(tmp_path, stop, method, uninterrupted):
+    cfg, whole_dir = uninterrupted(method)
     run = Run(cfg, tmp_path / "cut")
     run.start()
     for rnd in range(stop):
@@ -255,10 +272,8 @@ def test_resume_inside_and_across_task_boundaries_is_exact(tmp_path, stop, metho
     run.checkpoint()
     run_experiment(cfg, tmp_path / "cut", progress=False, resume=True)
     for name in ("metrics.jsonl", "continual.jsonl"):
-        assert _strip(read_jsonl(tmp_path / "cut" / name)) == _strip(
-            read_jsonl(tmp_path / "whole" / name)
-        )
-    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+        assert _strip(read_jsonl(tmp_path / "cut" / name)) == _strip(read_jsonl(whole_dir / name))
+    whole = json.loads((whole_dir / "summary.json").read_text())
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
     for key in ("accuracy_matrix", "average_forgetting", "backward_transfer", "final_accuracy"):
         assert cut[key] == whole[key]

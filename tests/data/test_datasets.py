@@ -215,6 +215,36 @@ def test_read_idx_other_ranks(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_idx(write_idx(tmp_path / "l", labels), ndim=1), labels)
 
 
+def test_a_file_read_again_comes_back_as_a_fresh_copy_and_a_changed_file_is_read_anew(
+    tmp_path: Path,
+) -> None:
+    path = write_idx(tmp_path / "a.gz", np.arange(24, dtype=np.uint8).reshape(2, 3, 4))
+    first = read_idx(path, 3)
+    first[:] = 0  # the caller's copy: the cached array stays as read
+    assert read_idx(path, 3).sum() == sum(range(24))
+    write_idx(path, np.full((2, 3, 4), 7, dtype=np.uint8))  # rewritten: another inode or time
+    assert (read_idx(path, 3) == 7).all()
+    with pytest.raises(DataError, match="bad IDX magic"):
+        read_idx(path, 1)  # the cache does not skip the rank check
+
+
+def test_test_samples_is_a_fixed_draw_in_test_set_order() -> None:
+    n = 50
+    x = torch.arange(n, dtype=torch.float32).reshape(n, 1)
+    ds = Dataset("t", x, torch.zeros(n, dtype=torch.long), x.clone(), torch.arange(n), 50)
+    ds.test_groups = np.arange(n) * 10
+    cut = ds.with_test_samples(20)
+    assert len(cut.y_test) == 20 and cut.x_train is ds.x_train
+    kept = cut.y_test.numpy()
+    assert (np.diff(kept) > 0).all() and len(set(kept)) == 20  # a subset, in order
+    np.testing.assert_array_equal(cut.x_test[:, 0].numpy(), kept)  # images with their labels
+    np.testing.assert_array_equal(cut.test_groups, kept * 10)
+    torch.manual_seed(123)
+    np.random.seed(123)  # the draw is its own: no global seed changes it
+    np.testing.assert_array_equal(ds.with_test_samples(20).y_test.numpy(), kept)
+    assert ds.with_test_samples(0) is ds and ds.with_test_samples(50) is ds
+
+
 def emnist_names(split: str) -> tuple[str, str, str, str]:
     p = f"emnist-{split}-"
     return (

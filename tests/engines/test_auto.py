@@ -17,17 +17,29 @@ def test_auto_is_the_default_engine():
     assert Config().engine == "auto"
 
 
+def _even(name: str) -> dict:
+    # two threads and even clients: otherwise auto keeps the sequential engine for runs this short
+    extra = OVERRIDES.get(name, {})
+    return {"threads": 2, "partition": "iid", "partition.alpha": None, **extra}
+
+
 # continual-only methods (fedcil) refuse this non-continual setting with a one-line ConfigError;
 # their conformance (resume, ledger) runs in a class-incremental scenario in tests/continual/
 @pytest.mark.parametrize("name", [n for n in ALGORITHMS if n not in continual_only()])
-def test_auto_gives_the_sequential_engines_numbers(name):
-    extra = OVERRIDES.get(name, {})
-    # two threads and even clients: otherwise auto keeps the sequential engine for runs this short
-    even = {"threads": 2, "partition": "iid", "partition.alpha": None, **extra}
-    seq_state, _ = _run({"algorithm": name, "engine": "sequential", **even})
-    auto_state, rounds = _run({"algorithm": name, "engine": "auto", **even})
+def test_auto_vectorises_every_algorithm_that_can_be(name):
+    keys = {**BASE, "algorithm": name, "engine": "auto", **_even(name)}
+    _fed, rounds = build_rounds(make_config({k: v for k, v in keys.items() if v is not None}))
     vectorisable = ALGORITHMS.build(name, {}).vectorisable if name != "moon" else True
     assert isinstance(rounds.engine, VmapEngine if vectorisable else SequentialEngine)
+
+
+# the numbers: one algorithm of each kind of state (none, client state, server state, MOON's
+# model of its own); tests/engines/test_vmap_conformance.py compares every algorithm's engines
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "mifa", "moon"])
+def test_auto_gives_the_sequential_engines_numbers(name):
+    seq_state, _ = _run({"algorithm": name, "engine": "sequential", **_even(name)})
+    auto_state, rounds = _run({"algorithm": name, "engine": "auto", **_even(name)})
+    assert isinstance(rounds.engine, VmapEngine)
     # float32 rounding alone (3.6e-7 seen; AVX-512 and AVX2 kernels, 1 and 2 threads): the
     # bound of test_vmap_conformance, whose float64 runs prove the engines compute the same
     assert _max_diff(seq_state, auto_state) < FP32_BOUND

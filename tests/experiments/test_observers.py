@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedretain.errors import ConfigError
 from fedretain.experiments.checkpoint import load_checkpoint
 from fedretain.experiments.observers import BaseObserver, Evaluation, Observer, WholeTestSet
 from fedretain.experiments.run import Run, run_experiment
@@ -103,6 +104,16 @@ def test_a_plain_run_has_only_the_observers_it_needs(tmp_path):
     assert list(run.observers) == ["accountant", "progress"]
     observer: Observer = run.observers["accountant"]
     assert isinstance(observer, BaseObserver) and not isinstance(observer, Evaluation)
+
+
+def test_test_samples_evaluates_the_same_subset_for_every_seed(tmp_path):
+    runs = [Run(make_config({**TINY, "test_samples": 40, "seed": s}), tmp_path) for s in (0, 1)]
+    tests = [r.fed.dataset.y_test for r in runs]
+    assert len(tests[0]) == 40 and torch.equal(tests[0], tests[1])
+    summary = run_experiment(make_config({**TINY, "test_samples": 40}), tmp_path / "run")
+    assert summary["final_accuracy"] * 40 == pytest.approx(round(summary["final_accuracy"] * 40))
+    with pytest.raises(ConfigError, match="test_samples"):
+        make_config({**TINY, "test_samples": -1})
 
 
 def test_plots_off_writes_the_results_without_a_png(tmp_path):

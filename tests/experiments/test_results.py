@@ -34,6 +34,20 @@ def test_atomic_write_creates_folders_and_replaces(tmp_path):
     assert path.read_text() == "two"
 
 
+@pytest.mark.parametrize("env, synced", [(None, 1), ("1", 1), ("0", 0)])
+def test_files_are_flushed_to_the_disk_unless_fedretain_fsync_is_0(
+    tmp_path, monkeypatch, env, synced
+):
+    calls = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
+    if env is None:
+        monkeypatch.delenv("FEDRETAIN_FSYNC", raising=False)
+    else:
+        monkeypatch.setenv("FEDRETAIN_FSYNC", env)
+    atomic_write_text(tmp_path / "a.txt", "one")
+    assert len(calls) == synced and (tmp_path / "a.txt").read_text() == "one"
+
+
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
 def test_files_get_the_mode_the_umask_implies(tmp_path, umask, mode):
     old = os.umask(umask)

@@ -490,9 +490,10 @@ CI = {
     "eval_every": 1,
     "checkpoint_every": 1,
     "plots": False,  # each run's own PNGs (the report draws its own)
+    "test_samples": 500,  # a convolutional model's 10,000 test images took most of a ci run
 }
 CI_MLP = {"model": "mlp", "model.hidden": [16]}
-CI_REASON = "scale=ci: 2 rounds of 2 clients taking 2 local steps, a tiny model"
+CI_REASON = "scale=ci: 2 rounds of 2 clients taking 2 local steps, a tiny model, 500 test samples"
 
 
 def scale_reasons(scale: str, small: str = "", ci: str = CI_REASON) -> list[str]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import queue
+from types import SimpleNamespace
+
+import pytest
 
 from fedretain.cli import main
 from fedretain.experiments.plots import plot_curves, style
 from fedretain.experiments.presets import RunSpec
-from fedretain.experiments.reproduce import Job, job_state, outcomes_of, run_jobs
+from fedretain.experiments.reproduce import Job, job_state, jobs, outcomes_of, run_jobs
 from fedretain.experiments.reproduce.jobs import plan_section
 from fedretain.recipe.config import load_config
 
@@ -132,3 +136,46 @@ def test_a_run_continued_elsewhere_lists_every_machine_and_the_report_names_it(
     same_kind = {**first[0], "host": "n3"}  # another node of the same kind changes nothing
     assert not hardware_changed([first[0], same_kind])
     assert machines_with(folder, other) == machines  # the same machine again: not repeated
+
+
+def _job(folder, device: str) -> SimpleNamespace:
+    """What run_each reads of a job."""
+    args = [*TINY, f"device={device}"]
+    return SimpleNamespace(args=args, folder=folder, resume=False, spec=SimpleNamespace(study=None))
+
+
+def test_a_local_study_spreads_runs_on_cuda_over_every_gpu(tmp_path):
+    cuda = [_job(tmp_path, "cuda"), _job(tmp_path, "cpu")]
+    assert jobs.gpu_slots(cuda, 4, 2) == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert jobs.gpu_slots(cuda, 3, 4) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert jobs.gpu_slots(cuda, 4, 1) == []  # one GPU: each run on it, as asked
+    assert jobs.gpu_slots(cuda, 1, 4) == []  # one run at a time: on cuda, as asked
+    assert jobs.gpu_slots([_job(tmp_path, "cuda:1")], 4, 2) == []  # a GPU named is kept
+    assert jobs.gpu_slots([_job(tmp_path, "cpu")], 4, 2) == []
+
+
+def test_a_run_takes_a_free_gpu_and_gives_it_back_whatever_its_end(monkeypatch):
+    free: queue.Queue = queue.Queue()
+    free.put("cuda:1")
+    seen = []
+
+    def fake_run(args, folder, resume, study, deadline):
+        seen.append(args[-1])
+        if len(seen) == 2:
+            raise RuntimeError("out of memory")
+        return {"line": "0.5"}
+
+    monkeypatch.setattr(jobs, "run_one", fake_run)
+    assert jobs.run_on_free_gpu(free, ["device=cuda"], "f", False) == {"line": "0.5"}
+    with pytest.raises(RuntimeError, match="out of memory"):
+        jobs.run_on_free_gpu(free, ["device=cuda"], "f", False)
+    assert seen == ["device=cuda:1", "device=cuda:1"] and free.get_nowait() == "cuda:1"
+
+
+def test_parallel_runs_on_cuda_take_distinct_gpus_through_the_process_pool(tmp_path, monkeypatch):
+    # two GPUs as the driver counts them; on this CPU each run then fails naming its device
+    monkeypatch.setattr(jobs, "cuda_devices", lambda: 2)
+    todo = [_job(tmp_path / f"r{k}", "cuda") for k in range(2)]
+    errors = [str(result) for _, result in jobs.run_each(todo, 2)]
+    named = {d for e in errors for d in ("cuda:0", "cuda:1") if d in e}
+    assert named == {"cuda:0", "cuda:1"}, errors

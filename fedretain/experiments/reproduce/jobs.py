@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import redirect_stderr, redirect_stdout, suppress
+from contextlib import ExitStack, redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -383,6 +383,39 @@ def run_task(
     return run_one(args, folder, resume or has_checkpoint(Path(folder)), study, deadline)
 
 
+def device_of(args: list[str]) -> str:
+    """The device a run's ``KEY=VALUE`` arguments name (their last ``device=``; else cpu)."""
+    return next((a.split("=", 1)[1] for a in reversed(args) if a.startswith("device=")), "cpu")
+
+
+def gpu_slots(todo: list[Job], parallel: int, gpus: int) -> list[str]:
+    """The devices of a local study's ``parallel`` process slots on a machine with ``gpus``
+    GPUs, where its runs ask for ``device=cuda`` without an index: slot ``k`` trains on
+    ``cuda:(k mod gpus)``, so the runs spread over every GPU (several to a GPU when
+    ``parallel`` exceeds ``gpus``); empty where there is nothing to spread."""
+    if gpus < 2 or parallel < 2 or not any(device_of(j.args) == "cuda" for j in todo):
+        return []
+    return [f"cuda:{k % gpus}" for k in range(parallel)]
+
+
+def run_on_free_gpu(
+    free: Any,
+    args: list[str],
+    folder: str,
+    resume: bool,
+    study: dict[str, Any] | None = None,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """:func:`run_one` on a device taken from ``free`` (a queue of :func:`gpu_slots`' devices
+    shared by a study's processes), given back when the run ends, whatever its end. The device
+    index changes no number: runs on GPUs of one kind compute the same."""
+    device = free.get()
+    try:
+        return run_one([*args, f"device={device}"], folder, resume, study, deadline)
+    finally:
+        free.put(device)
+
+
 def has_checkpoint(folder: Path) -> bool:
     """Whether ``folder`` holds a checkpoint to continue from."""
     return any((folder / "checkpoint" / n).is_file() for n in ("meta.json", "previous.json"))
@@ -433,13 +466,31 @@ def run_each(
             except Exception as e:
                 yield job, e
         return
-    with ProcessPoolExecutor(parallel, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, *call(j)): j for j in todo}
+    spawn = get_context("spawn")
+    slots = gpu_slots(todo, parallel, cuda_devices())
+    with ProcessPoolExecutor(parallel, mp_context=spawn) as pool, ExitStack() as stack:
+        free = stack.enter_context(spawn.Manager()).Queue() if slots else None
+        for device in slots:
+            free.put(device)
+
+        def submit(job: Job) -> Any:
+            if free is not None and device_of(job.args) == "cuda":
+                return pool.submit(run_on_free_gpu, free, *call(job))
+            return pool.submit(run_one, *call(job))
+
+        futures = {submit(j): j for j in todo}
         for future in as_completed(futures):
             try:
                 yield futures[future], future.result()
             except Exception as e:
                 yield futures[future], e
+
+
+def cuda_devices() -> int:
+    """How many CUDA GPUs this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def run_jobs(

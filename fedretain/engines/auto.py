@@ -169,7 +169,7 @@ def auto_engine(
     engine: VmapEngine | SequentialEngine
     if name == "vmap":
         size = chunk or (CPU_CHUNK if fed.device.type == "cpu" else 0)
-        engine = VmapEngine(fed.task, size, compiled, split, compile_mode)
+        engine = VmapEngine(fed.task, size, compiled, split, compile_mode, fed.config.gpu_share)
         mode = f", {compile_mode}" if compile_mode != "default" else ""
         name = f"vmap{f' (compiled{mode})' if compiled else ''}, chunk {size or 'sized to memory'}"
         name += f", on {', '.join(str(d) for d in split)}" if split else ""

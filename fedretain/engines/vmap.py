@@ -95,14 +95,15 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "ma
 CUDA_GRAPH_MODES = COMPILE_MODES[2:]
 
 
-def memory_budget(device: torch.device) -> int:
+def memory_budget(device: torch.device, share: float = 1.0) -> int:
     """Bytes a chunk of clients may take: 1 GiB on a CPU; on a GPU an eighth of its memory (10
     GB on an 80 GB H100: a ResNet-18 of 11 M parameters trains 27 clients per call there, where
-    1 GiB allowed 3). The GPU's size, not what is free at the time, so that the same config
-    gives the same chunks, and numbers, every run."""
+    1 GiB allowed 3), times ``share``, the part of the GPU the run holds (the config's
+    ``gpu_share``: four runs on one GPU plan for a quarter each). The GPU's size, not what is
+    free at the time, so that the same config gives the same chunks, and numbers, every run."""
     if device.type != "cuda":
         return CPU_BUDGET
-    return int(torch.cuda.get_device_properties(device).total_memory) // 8
+    return int(int(torch.cuda.get_device_properties(device).total_memory) // 8 * share)
 
 
 def _keep_live(alive: Tensor, new: Tree, old: Tree) -> Tree:
@@ -161,8 +162,10 @@ class VmapEngine:
         compile: bool = False,
         devices: Sequence[torch.device] | None = None,
         compile_mode: str = "default",
+        share: float = 1.0,
     ) -> None:
         self.chunk = chunk
+        self.share = share  # of the GPU: memory_budget
         self.compile = compile
         self.compile_mode = compile_mode
         # several devices: the round's clients split over them (module docstring); None: the
@@ -180,7 +183,8 @@ class VmapEngine:
         params = list(self.vtask.model.parameters())
         per_client = 8 * sum(p.numel() * p.element_size() for p in params)
         device = self.devices[0] if self.devices else params[0].device
-        return int(max(1, min(num, memory_budget(device) // max(per_client, 1))))
+        budget = memory_budget(device, self.share)
+        return int(max(1, min(num, budget // max(per_client, 1))))
 
     def train(self, work: Work) -> Iterator[Trained]:
         if self.devices is not None:
@@ -654,4 +658,4 @@ def vmap_engine(
         unused = "; engine.devices is unused: it trains on the run's device" if split else ""
         print(f"note: engine=vmap runs sequentially: {why}{unused}", file=sys.stderr)
         return SequentialEngine()
-    return VmapEngine(fed.task, chunk, compile, split, compile_mode)
+    return VmapEngine(fed.task, chunk, compile, split, compile_mode, fed.config.gpu_share)

@@ -309,6 +309,7 @@ RESUMABLE = (
     "checkpoint_every",
     "stop_after",  # when this process pauses the run: never what it computes
     "device",
+    "gpu_share",  # where the memory plan is: the chunks, as engine.chunk
     "deterministic",  # which CUDA kernels compute the same thing: reproducibility, not results
     "engine",
     "diagnostics",

@@ -119,6 +119,12 @@ class Config:
         "one by a measured rule",
     )
     device: str = setting("cpu", "cpu, or cuda[:N] for a GPU")
+    gpu_share: float = setting(
+        1.0,
+        "the share of its GPU a run may plan for, in (0, 1]: the vectorised engine sizes its "
+        "chunks to this share of the memory it would take alone (an eighth of the card); "
+        "studies set it for runs that share a GPU (--run-gpus 0.25: 0.25)",
+    )
     deterministic: bool = setting(
         True,
         "on a CUDA device: torch's deterministic algorithms and cuDNN kernels, float32 "
@@ -459,6 +465,11 @@ def validate(cfg: Config) -> None:
         )
     if not cfg.lr > 0:
         raise ConfigError(f"lr must be > 0, got {cfg.lr}")
+    if not 0 < cfg.gpu_share <= 1:
+        raise ConfigError(
+            f"gpu_share must be in (0, 1] (the share of its GPU a run may plan for), got "
+            f"{cfg.gpu_share}"
+        )
     if not 0 <= cfg.val_fraction < 1:
         raise ConfigError(f"val_fraction must be in [0, 1), got {cfg.val_fraction}")
     for t in cfg.targets:

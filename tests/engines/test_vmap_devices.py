@@ -196,6 +196,12 @@ def test_a_gpu_chunk_is_sized_to_an_eighth_of_its_memory(monkeypatch):
     assert vmap.memory_budget(torch.device("cpu")) == 1 << 30 and not asked
     assert vmap.memory_budget(torch.device("cuda", 1)) == 10 * 10**9
     assert asked == [torch.device("cuda", 1)]
+    # a run holding a quarter of the GPU (gpu_share, which --run-gpus 0.25 sets) plans for a
+    # quarter of that; the CPU's budget is its own
+    assert vmap.memory_budget(torch.device("cuda", 1), 0.25) == 2.5 * 10**9
+    assert vmap.memory_budget(torch.device("cpu"), 0.25) == 1 << 30
+    with pytest.raises(ConfigError, match=r"gpu_share must be in \(0, 1\]"):
+        make_config({**BASE, "gpu_share": 0})
     fed, rounds = build_rounds(make_config({**BASE, "engine": "vmap"}))
     per_client = 8 * sum(p.numel() * 4 for p in fed.task.model.parameters())
     assert rounds.engine.chunk_size(10**9) == (1 << 30) // per_client  # the CPU's budget

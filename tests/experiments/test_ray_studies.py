@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -215,6 +216,19 @@ def test_a_lost_worker_costs_only_its_unfinished_runs(cluster, tmp_path):
     for path, (mtime, data) in before.items():  # finished runs were not run again
         assert after[path] == (mtime, data), path
     assert f"Runs: {runs} of {runs} finished" in (out / "report.md").read_text()
+
+
+def test_runs_holding_part_of_a_gpu_plan_for_that_part():
+    from fedretain.experiments.reproduce.cluster import cluster_settings
+
+    def settings(gpus: float, extra: list[str]) -> list[str]:
+        with patch("fedretain.experiments.reproduce.cluster.closed_port", return_value=""):
+            return cluster_settings(RayCluster(run_gpus=gpus), 1, extra, lambda s: None)
+
+    assert settings(0.25, []) == ["gpu_share=0.25", "device=cuda"]
+    assert settings(1, []) == ["device=cuda"]
+    assert settings(0.5, ["gpu_share=1", "device=cuda:0"]) == ["gpu_share=1", "device=cuda:0"]
+    assert settings(0, ["lr=0.1"]) == ["lr=0.1"]
 
 
 def test_cluster_options_are_checked(tmp_path, capsys):

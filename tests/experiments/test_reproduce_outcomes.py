@@ -148,7 +148,10 @@ def test_a_local_study_spreads_runs_on_cuda_over_every_gpu(tmp_path):
     cuda = [_job(tmp_path, "cuda"), _job(tmp_path, "cpu")]
     assert jobs.gpu_slots(cuda, 4, 2) == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     assert jobs.gpu_slots(cuda, 3, 4) == ["cuda:0", "cuda:1", "cuda:2"]
-    assert jobs.gpu_slots(cuda, 4, 1) == []  # one GPU: each run on it, as asked
+    assert jobs.gpu_slots(cuda, 4, 1) == ["cuda:0"] * 4
+    # the share of its GPU each run plans for: one over the most runs on one GPU
+    assert [jobs.gpu_share(jobs.gpu_slots(cuda, n, 2)) for n in (2, 3, 4)] == [1.0, 0.5, 0.5]
+    assert jobs.gpu_share(["cuda:0"] * 4) == 0.25
     assert jobs.gpu_slots(cuda, 1, 4) == []  # one run at a time: on cuda, as asked
     assert jobs.gpu_slots([_job(tmp_path, "cuda:1")], 4, 2) == []  # a GPU named is kept
     assert jobs.gpu_slots([_job(tmp_path, "cpu")], 4, 2) == []
@@ -160,16 +163,20 @@ def test_a_run_takes_a_free_gpu_and_gives_it_back_whatever_its_end(monkeypatch):
     seen = []
 
     def fake_run(args, folder, resume, study, deadline):
-        seen.append(args[-1])
+        seen.append(args)
         if len(seen) == 2:
             raise RuntimeError("out of memory")
         return {"line": "0.5"}
 
     monkeypatch.setattr(jobs, "run_one", fake_run)
-    assert jobs.run_on_free_gpu(free, ["device=cuda"], "f", False) == {"line": "0.5"}
+    assert jobs.run_on_free_gpu(free, 0.5, ["device=cuda"], "f", False) == {"line": "0.5"}
     with pytest.raises(RuntimeError, match="out of memory"):
-        jobs.run_on_free_gpu(free, ["device=cuda"], "f", False)
-    assert seen == ["device=cuda:1", "device=cuda:1"] and free.get_nowait() == "cuda:1"
+        jobs.run_on_free_gpu(free, 0.5, ["device=cuda", "gpu_share=1"], "f", False)
+    assert seen == [
+        ["device=cuda", "gpu_share=0.5", "device=cuda:1"],
+        ["device=cuda", "gpu_share=1", "device=cuda:1"],  # a share asked for is kept
+    ]
+    assert free.get_nowait() == "cuda:1"
 
 
 def test_parallel_runs_on_cuda_take_distinct_gpus_through_the_process_pool(tmp_path, monkeypatch):

@@ -79,8 +79,9 @@ def cluster_settings(
     cluster: RayCluster, jobs: int, extra: list[str], echo: Callable[[str], None]
 ) -> list[str]:
     """The settings of runs sent to Ray: ``device=cuda`` added where each run gets a GPU and
-    the settings name no device. ``--jobs`` has no say there (Ray runs as many at a time as
-    the cluster has room for): one line when it is given."""
+    the settings name no device, and ``gpu_share`` where a run gets part of one (the
+    vectorised engine then plans for that part of the card). ``--jobs`` has no say there (Ray
+    runs as many at a time as the cluster has room for): one line when it is given."""
     require("ray", "--ray")  # before anything is planned or run
     unreachable = closed_port(cluster.address)
     if unreachable:  # Ray itself would try for minutes
@@ -92,6 +93,8 @@ def cluster_settings(
             "--jobs runs local processes; with --ray the cluster runs as many runs at a time "
             "as it has room for: size them with --run-cpus and --run-gpus instead"
         )
+    if 0 < cluster.run_gpus < 1 and not any(e.startswith("gpu_share=") for e in extra):
+        extra = [*extra, f"gpu_share={cluster.run_gpus:g}"]
     if cluster.run_gpus and not any(e.startswith("device=") for e in extra):
         echo(f"--run-gpus {cluster.run_gpus:g}: the runs train on device=cuda")
         return [*extra, "device=cuda"]

@@ -392,14 +392,22 @@ def gpu_slots(todo: list[Job], parallel: int, gpus: int) -> list[str]:
     """The devices of a local study's ``parallel`` process slots on a machine with ``gpus``
     GPUs, where its runs ask for ``device=cuda`` without an index: slot ``k`` trains on
     ``cuda:(k mod gpus)``, so the runs spread over every GPU (several to a GPU when
-    ``parallel`` exceeds ``gpus``); empty where there is nothing to spread."""
-    if gpus < 2 or parallel < 2 or not any(device_of(j.args) == "cuda" for j in todo):
+    ``parallel`` exceeds ``gpus``: see :func:`gpu_share`); empty where there is nothing to
+    share out."""
+    if gpus < 1 or parallel < 2 or not any(device_of(j.args) == "cuda" for j in todo):
         return []
     return [f"cuda:{k % gpus}" for k in range(parallel)]
 
 
+def gpu_share(slots: list[str]) -> float:
+    """The share of its GPU each run of :func:`gpu_slots`' ``slots`` holds: one over the most
+    slots on one GPU (the config's ``gpu_share``, which sizes the vectorised engine's chunks)."""
+    return 1.0 / max(slots.count(s) for s in slots)
+
+
 def run_on_free_gpu(
     free: Any,
+    share: float,
     args: list[str],
     folder: str,
     resume: bool,
@@ -407,9 +415,12 @@ def run_on_free_gpu(
     deadline: float | None = None,
 ) -> dict[str, Any]:
     """:func:`run_one` on a device taken from ``free`` (a queue of :func:`gpu_slots`' devices
-    shared by a study's processes), given back when the run ends, whatever its end. The device
-    index changes no number: runs on GPUs of one kind compute the same."""
+    shared by a study's processes), given back when the run ends, whatever its end; with
+    ``gpu_share=share`` unless its arguments set one. The device index changes no number: runs
+    on GPUs of one kind compute the same."""
     device = free.get()
+    if not any(a.startswith("gpu_share=") for a in args):
+        args = [*args, f"gpu_share={share:.6g}"]
     try:
         return run_one([*args, f"device={device}"], folder, resume, study, deadline)
     finally:
@@ -475,7 +486,7 @@ def run_each(
 
         def submit(job: Job) -> Any:
             if free is not None and device_of(job.args) == "cuda":
-                return pool.submit(run_on_free_gpu, free, *call(job))
+                return pool.submit(run_on_free_gpu, free, gpu_share(slots), *call(job))
             return pool.submit(run_one, *call(job))
 
         futures = {submit(j): j for j in todo}

@@ -167,7 +167,8 @@ PRESETS.add(
     dataset="emnist",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 25 min (3 seeds, --jobs 2; 85 min from 3 rounds timed under load, "
-    "2026-11-28; 2,385 s of training in fedreg-table1's runs of this client shape)",
+    estimate="about 1 h (3 seeds, --jobs 2; measured 2026-11-29 on Fashion-MNIST: FedCurv "
+    "1,049 s and FedReg 750 s a run, the others 15-190 s; 11,031 s of training in all beside "
+    "other work and through pauses)",
     paper="FedReg (Xu et al., ICLR 2022)",
 )

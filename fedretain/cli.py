@@ -279,6 +279,12 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
         "minute says how many are left)",
     )
     parser.add_argument(
+        "--autoscaling",
+        action="store_true",
+        help="with --ray: the cluster adds nodes as runs wait (a Ray autoscaler, KubeRay), so "
+        "no node has to hold a run yet; a note says so",
+    )
+    parser.add_argument(
         "--max-retries",
         type=int,
         default=None,
@@ -294,15 +300,20 @@ def _cluster_of(args: argparse.Namespace) -> Any:
 
     if args.ray is None:
         ray_only = (args.run_cpus != 1.0, args.run_gpus != 0.0, args.max_retries is not None)
-        if any(ray_only) or args.stall_after:
+        if any(ray_only) or args.stall_after or args.autoscaling:
             raise ConfigError(
-                "--run-cpus, --run-gpus, --max-retries and --stall-after are for Ray tasks: give "
-                "--ray with them"
+                "--run-cpus, --run-gpus, --max-retries, --stall-after and --autoscaling are for "
+                "Ray tasks: give --ray with them"
             )
         return None
     retries = 3 if args.max_retries is None else args.max_retries
     return RayCluster(
-        args.ray or None, args.run_cpus, args.run_gpus, retries, stall_after=args.stall_after
+        args.ray or None,
+        args.run_cpus,
+        args.run_gpus,
+        retries,
+        stall_after=args.stall_after,
+        autoscaling=args.autoscaling,
     )
 
 

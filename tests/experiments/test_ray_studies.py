@@ -242,6 +242,8 @@ def test_cluster_options_are_checked(tmp_path, capsys):
     assert "give --ray with them" in capsys.readouterr().err
     assert main(["reproduce", "demo", "--out", str(tmp_path), "--max-retries", "1"]) == 2
     assert "give --ray with them" in capsys.readouterr().err
+    assert main(["reproduce", "demo", "--out", str(tmp_path), "--autoscaling"]) == 2
+    assert "give --ray with them" in capsys.readouterr().err
     args = ["reproduce", "demo", "--out", str(tmp_path), "--ray", "--jobs", "2"]
     assert main(args) == 2
     assert "--run-cpus and --run-gpus" in capsys.readouterr().err
@@ -291,3 +293,22 @@ def test_a_run_must_fit_one_node_not_the_clusters_totals():
     assert no_node_fits([_node(2), _node(2)], 3, 0).startswith("no node")
     assert no_node_fits([_node(16, 4, alive=False), _node(2)], 4, 0).startswith("no node")
     assert "none alive" in no_node_fits([_node(16, alive=False)], 1, 0)
+
+
+def test_an_autoscaling_cluster_is_accepted_with_a_note_where_no_node_fits_yet(monkeypatch):
+    from fedretain.experiments.reproduce.cluster import connect
+
+    # a connected cluster of one 1-GPU node
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "nodes", lambda: [_node(8, 1)])
+    lines: list[str] = []
+    with pytest.raises(ConfigError, match="add a node that large; or give --autoscaling"):
+        connect(RayCluster(run_gpus=2), lines.append)
+    assert connect(RayCluster(run_gpus=2, autoscaling=True), lines.append) is ray
+    assert lines == [
+        "note: no node of the Ray cluster can hold one run of 1 CPU and 2 GPU yet: with "
+        "--autoscaling the runs wait until the cluster adds a node that large (--stall-after "
+        "bounds the wait)"
+    ]
+    assert connect(RayCluster(run_gpus=1, autoscaling=True), lines.append) is ray
+    assert len(lines) == 1  # a node fits: nothing to note

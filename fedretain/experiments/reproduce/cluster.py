@@ -49,6 +49,7 @@ class RayCluster:
     retries: int = 3  # tries again after a worker or node died
     progress_every: float = 60.0  # seconds between progress lines while no run finishes
     stall_after: float = 0.0  # > 0: stop when no run finished for this many seconds
+    autoscaling: bool = False  # the cluster adds nodes as runs wait: none has to fit yet
 
     def __post_init__(self) -> None:
         if not (isinstance(self.retries, int) and self.retries >= 0):
@@ -126,9 +127,10 @@ def closed_port(address: str | None) -> str:
     return ""
 
 
-def connect(cluster: RayCluster) -> Any:
+def connect(cluster: RayCluster, echo: Callable[[str], None] = print) -> Any:
     """``ray``, connected to ``cluster.address`` (one line naming the fix when it cannot be)
-    and checked to have room for one run."""
+    and checked to have room for one run: refused where no live node can hold one, unless the
+    cluster autoscales (then a note says it must add such a node before any run starts)."""
     require("ray", "--ray")
     import ray  # the flower extra: it comes with flwr[simulation]
 
@@ -143,8 +145,13 @@ def connect(cluster: RayCluster) -> Any:
             f"cannot reach the Ray cluster at {cluster.address or 'RAY_ADDRESS'}: {text}; {START}"
         ) from None
     short = no_node_fits(ray.nodes(), cluster.run_cpus, cluster.run_gpus)
+    if short and not cluster.autoscaling:
+        raise ConfigError(f"{short}; or give --autoscaling where the cluster adds nodes")
     if short:
-        raise ConfigError(short)
+        echo(
+            f"note: {short.split(' (', 1)[0]} yet: with --autoscaling the runs wait until the "
+            "cluster adds a node that large (--stall-after bounds the wait)"
+        )
     return ray
 
 
@@ -189,7 +196,7 @@ def ray_each(
             f"{len(flower) - 1} other flower run(s)) without --ray, or choose another engine"
         )
     started = not ray.is_initialized()  # then this study's connection, closed at its end
-    connect(cluster)
+    connect(cluster, echo)
     task = ray.remote(run).options(
         num_cpus=cluster.run_cpus,
         num_gpus=cluster.run_gpus,

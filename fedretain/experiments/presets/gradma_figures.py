@@ -249,7 +249,8 @@ def gradma_fig6(scale: str, seeds: list[int], data: Data) -> Plan:
     standing in where MNIST is absent. ``ci``: m ∈ {0, 100} on scikit-learn's 8x8 digits with
     a tiny MLP. Estimate for ``small`` (2026-11-28): on MNIST m = 0 and m = 100 from
     gradma-table1's committed FedAvgM and GradMA-S runs, the other runs timed as CPU time (30
-    rounds each), 36 runs: 3,800 s, about 30 minutes at ``--jobs 2``.
+    rounds each), 36 runs: 3,800 s, about 30 minutes at ``--jobs 2``; measured 2026-11-29:
+    4,389 s of training, 37 minutes of wall time with a 9-minute pause.
     """
     memories = pick(scale, paper=GRADMA_MEMORIES, small=(0, 10, 40, 100), ci=(0, 100))
     panels = GRADMA_FIG6_PANELS
@@ -349,7 +350,7 @@ PRESETS.add(
     dataset="mnist",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 30 min (3 seeds, --jobs 2; 3,800 s: FedAvgM and m=100 on MNIST from "
-    "gradma-table1's committed runs, the rest from timed rounds, 2026-11-28)",
+    estimate="about 40 min (3 seeds, --jobs 2; 4,389 s of training measured 2026-11-29, "
+    "37 min of wall time with a 9-minute pause)",
     paper="GradMA (Luo et al., CVPR 2023)",
 )

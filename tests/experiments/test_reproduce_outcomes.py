@@ -162,7 +162,7 @@ def test_a_run_takes_a_free_gpu_and_gives_it_back_whatever_its_end(monkeypatch):
     free.put("cuda:1")
     seen = []
 
-    def fake_run(args, folder, resume, study, deadline):
+    def fake_run(args, folder, resume):
         seen.append(args)
         if len(seen) == 2:
             raise RuntimeError("out of memory")

@@ -405,24 +405,16 @@ def gpu_share(slots: list[str]) -> float:
     return 1.0 / max(slots.count(s) for s in slots)
 
 
-def run_on_free_gpu(
-    free: Any,
-    share: float,
-    args: list[str],
-    folder: str,
-    resume: bool,
-    study: dict[str, Any] | None = None,
-    deadline: float | None = None,
-) -> dict[str, Any]:
-    """:func:`run_one` on a device taken from ``free`` (a queue of :func:`gpu_slots`' devices
-    shared by a study's processes), given back when the run ends, whatever its end; with
-    ``gpu_share=share`` unless its arguments set one. The device index changes no number: runs
-    on GPUs of one kind compute the same."""
+def run_on_free_gpu(free: Any, share: float, args: list[str], *rest: Any) -> dict[str, Any]:
+    """:func:`run_one` (``args`` and ``rest``, its other arguments) on a device taken from
+    ``free`` (a queue of :func:`gpu_slots`' devices shared by a study's processes), given back
+    when the run ends, whatever its end; with ``gpu_share=share`` unless its arguments set one.
+    The device index changes no number: runs on GPUs of one kind compute the same."""
     device = free.get()
     if not any(a.startswith("gpu_share=") for a in args):
         args = [*args, f"gpu_share={share:.6g}"]
     try:
-        return run_one([*args, f"device={device}"], folder, resume, study, deadline)
+        return run_one([*args, f"device={device}"], *rest)
     finally:
         free.put(device)
 

@@ -288,8 +288,16 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
         "--max-retries",
         type=int,
         default=None,
-        help="with --ray: tries of a run again after its worker or node died (default 3); it "
+        help="with --ray: tries of a run again after its worker or node died, or failed for a "
+        "reason of its node (out of memory, disk full: then on another node; default 3); it "
         "continues from its last checkpoint",
+    )
+    parser.add_argument(
+        "--no-ship-code",
+        dest="ship_code",
+        action="store_false",
+        help="with --ray: the nodes run the fedretain they have installed (checked to be the "
+        "caller's version) instead of the caller's code, shipped to each task",
     )
 
 
@@ -300,10 +308,10 @@ def _cluster_of(args: argparse.Namespace) -> Any:
 
     if args.ray is None:
         ray_only = (args.run_cpus != 1.0, args.run_gpus != 0.0, args.max_retries is not None)
-        if any(ray_only) or args.stall_after or args.autoscaling:
+        if any(ray_only) or args.stall_after or args.autoscaling or not args.ship_code:
             raise ConfigError(
-                "--run-cpus, --run-gpus, --max-retries, --stall-after and --autoscaling are for "
-                "Ray tasks: give --ray with them"
+                "--run-cpus, --run-gpus, --max-retries, --stall-after, --autoscaling and "
+                "--no-ship-code are for Ray tasks: give --ray with them"
             )
         return None
     retries = 3 if args.max_retries is None else args.max_retries
@@ -314,6 +322,7 @@ def _cluster_of(args: argparse.Namespace) -> Any:
         retries,
         stall_after=args.stall_after,
         autoscaling=args.autoscaling,
+        ship_code=args.ship_code,
     )
 
 

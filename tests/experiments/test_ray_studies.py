@@ -16,10 +16,11 @@ from unittest.mock import patch
 import pytest
 
 from fedretain.cli import main
-from fedretain.errors import ConfigError, DataError
+from fedretain.errors import ConfigError
 from fedretain.experiments.reproduce import RayCluster, reproduce
 from fedretain.experiments.reproduce.cluster import StalledError, no_node_fits, node_paths
 from fedretain.experiments.reproduce.jobs import plan_section, run_task
+from fedretain.experiments.reproduce.nodes import NodeFault
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -242,8 +243,9 @@ def test_cluster_options_are_checked(tmp_path, capsys):
     assert "give --ray with them" in capsys.readouterr().err
     assert main(["reproduce", "demo", "--out", str(tmp_path), "--max-retries", "1"]) == 2
     assert "give --ray with them" in capsys.readouterr().err
-    assert main(["reproduce", "demo", "--out", str(tmp_path), "--autoscaling"]) == 2
-    assert "give --ray with them" in capsys.readouterr().err
+    for alone in ("--autoscaling", "--no-ship-code"):
+        assert main(["reproduce", "demo", "--out", str(tmp_path), alone]) == 2
+        assert "give --ray with them" in capsys.readouterr().err
     args = ["reproduce", "demo", "--out", str(tmp_path), "--ray", "--jobs", "2"]
     assert main(args) == 2
     assert "--run-cpus and --run-gpus" in capsys.readouterr().err
@@ -255,7 +257,7 @@ def test_cluster_options_are_checked(tmp_path, capsys):
 
 
 def test_a_node_that_does_not_see_the_study_folder_says_so(tmp_path):
-    with pytest.raises(DataError, match=r"not visible on node .*every node sees"):
+    with pytest.raises(NodeFault, match=r"does not see .*every node sees at the same path"):
         run_task(["rounds=1"], str(tmp_path / "made-elsewhere"), False)
     assert not (tmp_path / "made-elsewhere").exists()  # nothing written beside the share
 

@@ -5,14 +5,17 @@ Each run not finished yet becomes one Ray task asking for ``run_cpus`` CPUs and 
 GPUs (``0.25``: four runs share a GPU); the costliest start first, as in the local mode. A task
 runs :func:`~fedretain.experiments.reproduce.jobs.run_one` on whichever node Ray picks, into the
 run's folder, which must be a path every node sees (a shared filesystem): the folders are made
-absolute here, on the caller. Nothing else travels: each node needs fedretain and its
-dependencies installed, and the data at the same paths.
+absolute here, on the caller. The caller's fedretain travels with the study; each node needs
+its dependencies installed and the data at the same paths, which :mod:`.nodes` checks on each
+node before the runs start, setting aside the nodes that fail.
 
 What a lost node costs: Ray retries a task whose worker or node died (``retries`` times, on
 another node when one is left), and the retried run continues from its last checkpoint in its
-folder (the task itself looks for one), so only the rounds since that checkpoint are redone. If
-the caller dies, its tasks end with it; the same command again skips the finished runs and
-continues the others from their checkpoints, exactly as the local mode does.
+folder (the task itself looks for one), so only the rounds since that checkpoint are redone. A
+run that fails for a reason of its node (:func:`~.nodes.node_fault`) sets it aside and goes to
+another node the same way. If the caller dies, its tasks end with it; the same command again
+skips the finished runs and continues the others from their checkpoints, exactly as the local
+mode does.
 
 ``address``: ``None`` starts Ray on this machine for the study (or joins the cluster named by
 the ``RAY_ADDRESS`` environment variable), ``"auto"`` joins the cluster this machine is part of
@@ -31,6 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from fedretain.errors import ConfigError, FedRetainError
+from fedretain.experiments.reproduce.nodes import (
+    NodeFault,
+    check_nodes,
+    excluding,
+    fitting,
+    needs_of,
+    shipped_env,
+)
 from fedretain.extras import require
 
 START = (
@@ -50,6 +61,7 @@ class RayCluster:
     progress_every: float = 60.0  # seconds between progress lines while no run finishes
     stall_after: float = 0.0  # > 0: stop when no run finished for this many seconds
     autoscaling: bool = False  # the cluster adds nodes as runs wait: none has to fit yet
+    ship_code: bool = True  # the caller's fedretain goes to the tasks (runtime_env)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.retries, int) and self.retries >= 0):
@@ -127,10 +139,13 @@ def closed_port(address: str | None) -> str:
     return ""
 
 
-def connect(cluster: RayCluster, echo: Callable[[str], None] = print) -> Any:
+def connect(
+    cluster: RayCluster, echo: Callable[[str], None] = print, env: dict[str, Any] | None = None
+) -> Any:
     """``ray``, connected to ``cluster.address`` (one line naming the fix when it cannot be)
-    and checked to have room for one run: refused where no live node can hold one, unless the
-    cluster autoscales (then a note says it must add such a node before any run starts)."""
+    with the job's ``runtime_env`` ``env`` (:func:`~.nodes.shipped_env`), and checked to have
+    room for one run: refused where no live node can hold one, unless the cluster autoscales
+    (then a note says it must add such a node before any run starts)."""
     require("ray", "--ray")
     import ray  # the flower extra: it comes with flwr[simulation]
 
@@ -138,7 +153,12 @@ def connect(cluster: RayCluster, echo: Callable[[str], None] = print) -> Any:
         if not ray.is_initialized():
             with warnings.catch_warnings():  # Ray's notice of a future default, not ours
                 warnings.simplefilter("ignore", FutureWarning)
-                ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+                ray.init(
+                    address=cluster.address,
+                    runtime_env=env or None,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
     except (ConnectionError, ValueError, RuntimeError) as e:
         text = " ".join(str(e).split())
         raise ConfigError(
@@ -181,9 +201,11 @@ def ray_each(
 ) -> Iterator[tuple[Any, dict[str, Any] | Exception]]:
     """Run the jobs ``todo`` (already in the order to start them) as Ray tasks, each calling
     ``run(args, folder, resume, study, deadline)``
-    (:func:`~fedretain.experiments.reproduce.jobs.run_task`);
-    yield each job as it ends, with its result or its error (the run's own exception where it
-    raised one, else Ray's). While none ends, a line every ``cluster.progress_every`` seconds
+    (:func:`~fedretain.experiments.reproduce.jobs.run_task`) on the nodes that pass their
+    checks (:func:`~.nodes.check_nodes`), the caller's code shipped with them; yield each job as
+    it ends, with its result or its error (the run's own exception where it raised one, else
+    Ray's; a :class:`~.nodes.NodeFault` sets its node aside and the run goes to another, while
+    tries and nodes are left). While none ends, a line every ``cluster.progress_every`` seconds
     says how many are left; after ``cluster.stall_after`` seconds without one (when set) the
     study stops with a :class:`StalledError` and its runs are cancelled (the same command
     continues them from their checkpoints)."""
@@ -196,21 +218,33 @@ def ray_each(
             f"{len(flower) - 1} other flower run(s)) without --ray, or choose another engine"
         )
     started = not ray.is_initialized()  # then this study's connection, closed at its end
-    connect(cluster, echo)
-    task = ray.remote(run).options(
-        num_cpus=cluster.run_cpus,
-        num_gpus=cluster.run_gpus,
-        max_retries=cluster.retries,
-        retry_exceptions=False,  # a run's own error is final, as in the local mode
-    )
-    for job in todo:  # made here: a node that does not see them says so (run_task)
+    env = shipped_env(cluster.ship_code) if started else {}  # the code goes with a job's start
+    if cluster.ship_code and not started:
+        echo(
+            "note: Ray was started before the study, so fedretain's code is not shipped with "
+            "it: the nodes run the fedretain they have installed"
+        )
+    connect(cluster, echo, env)
+    for job in todo:  # made here: a node that does not see them is set aside (nodes.py)
         Path(job.folder).mkdir(parents=True, exist_ok=True)
-    pending = {
-        task.remote(
-            job.args, str(Path(job.folder).resolve()), job.resume, job.spec.study, deadline
-        ): job
-        for job in todo
+    folder = Path(os.path.commonpath([str(Path(j.folder).resolve()) for j in todo]))
+    aside = check_nodes(ray, needs_of(todo, folder), cluster, env, echo)
+    task = ray.remote(run)
+    options = {
+        "num_cpus": cluster.run_cpus,
+        "num_gpus": cluster.run_gpus,
+        "max_retries": cluster.retries,
+        "retry_exceptions": False,  # a run's own error is final; a node's: _elsewhere
     }
+
+    def submit(job: Any) -> Any:  # off the nodes set aside so far
+        folder = str(Path(job.folder).resolve())
+        return task.options(**options, **excluding(aside)).remote(
+            job.args, folder, job.resume, job.spec.study, deadline
+        )
+
+    pending = {submit(job): job for job in todo}
+    moved: dict[str, int] = {}  # a job's tries on another node after a node fault
     total, last = len(pending), time.monotonic()
     try:
         while pending:
@@ -228,17 +262,49 @@ def ray_each(
             last = time.monotonic()
             job = pending.pop(ready[0])
             try:
-                yield job, ray.get(ready[0])
-            except ray.exceptions.RayTaskError as e:  # the run raised: its own error
-                yield job, e.cause if isinstance(e.cause, Exception) else e
+                result: dict[str, Any] | Exception = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as e:  # the run raised: its own error or a node's
+                result = e.cause if isinstance(e.cause, Exception) else e
             except ray.exceptions.RayError as e:  # its worker or node died, retries spent
                 text = " ".join(str(e).split())[:300]
-                yield job, RuntimeError(f"lost on the Ray cluster: {text}")
+                result = RuntimeError(f"lost on the Ray cluster: {text}")
+            if isinstance(result, NodeFault) and _elsewhere(
+                ray, job, result, aside, moved, cluster, echo
+            ):
+                pending[submit(job)] = job
+                continue
+            yield job, result
     finally:
         for ref in pending:  # stopped early (Ctrl-C): the runs left are not wanted any more
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
+
+
+def _elsewhere(
+    ray: Any,
+    job: Any,
+    fault: NodeFault,
+    aside: dict[str, str],
+    moved: dict[str, int],
+    cluster: RayCluster,
+    echo: Callable[[str], None],
+) -> bool:
+    """Set aside the node of ``fault``; whether ``job`` tries again on another node (its tries
+    left, and a node left that can hold it: else its error is final)."""
+    aside[fault.node] = fault.reason
+    key = str(job.folder)
+    moved[key] = moved.get(key, 0) + 1
+    left = [n for n in fitting(ray, cluster.run_cpus, cluster.run_gpus) if n["NodeID"] not in aside]
+    again = moved[key] <= cluster.retries and (bool(left) or cluster.autoscaling)
+    then = (
+        f"tried again on another node ({moved[key]} of {cluster.retries})"
+        if again
+        else "not tried again: "
+        + ("no node left" if moved[key] <= cluster.retries else "--max-retries spent")
+    )
+    echo(f"{job.folder}: node {fault.host} ({fault.node[:8]}) set aside: {fault.reason}; {then}")
+    return again
 
 
 class StalledError(FedRetainError):

@@ -373,14 +373,24 @@ def run_task(
     deadline: float | None = None,
 ) -> dict[str, Any]:
     """:func:`run_one` as a Ray task: continued from its checkpoint when it has one, so that a
-    task Ray tries again after a lost node goes on from where the lost one stopped. The folder
-    was made by the caller: a node that does not see it has no shared filesystem there."""
+    task tried again after a lost node goes on from where the lost one stopped. An error of the
+    node rather than of the run (:func:`~.nodes.node_fault`; the folder, made by the caller,
+    not visible there) raises :class:`~.nodes.NodeFault`: the caller tries the run elsewhere."""
+    from fedretain.experiments.reproduce.nodes import NodeFault, node_fault, this_node
+
     if not Path(folder).is_dir():
-        raise DataError(
-            f"{folder} (made by the study's caller) is not visible on node "
-            f"{platform.node()}: --out must be on a filesystem every node sees at the same path"
+        raise NodeFault(
+            *this_node(),
+            f"does not see {folder} (made by the study's caller): --out must be on a "
+            "filesystem every node sees at the same path",
         )
-    return run_one(args, folder, resume or has_checkpoint(Path(folder)), study, deadline)
+    try:
+        return run_one(args, folder, resume or has_checkpoint(Path(folder)), study, deadline)
+    except Exception as e:
+        reason = node_fault(e)
+        if reason:
+            raise NodeFault(*this_node(), reason) from e
+        raise
 
 
 def device_of(args: list[str]) -> str:

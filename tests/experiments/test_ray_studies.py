@@ -314,3 +314,47 @@ def test_an_autoscaling_cluster_is_accepted_with_a_note_where_no_node_fits_yet(m
     ]
     assert connect(RayCluster(run_gpus=1, autoscaling=True), lines.append) is ray
     assert len(lines) == 1  # a node fits: nothing to note
+
+
+@pytest.mark.slow  # a cluster of its own and a study of real processes: about two minutes
+@needs_fmnist
+def test_a_node_lost_under_a_live_driver_costs_only_the_rounds_since_its_checkpoints(
+    tmp_path, monkeypatch
+):
+    """Two worker nodes; one dies mid-study while the driver goes on: the study finishes on the
+    other node, the runs the dead one held continue there from their checkpoints, and the
+    report is complete."""
+    monkeypatch.setenv(NICENESS, "0")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = [c.add_node(num_cpus=1) for _ in range(2)]
+    c.wait_for_nodes()
+    out = tmp_path / "study"
+    log = tmp_path / "driver.log"
+    try:
+        with open(log, "w") as sink:
+            proc = subprocess.Popen(
+                driver(out, c.address, "rounds=12", "checkpoint_every=1"),
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                deadline = time.monotonic() + 300
+                while len(unfinished(out)) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.01)  # each node part way through a run
+                held = unfinished(out)
+                kill_node(c, nodes[1])  # the driver lives on
+                assert proc.wait(timeout=900) == 0, log.read_text()[-3000:]
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    finally:
+        c.shutdown()
+    assert len(held) == 2, "the nodes were not both part way through a run"
+    runs = runs_at_ci(tmp_path / "plan")
+    assert len(files_of(out)) == 2 * runs  # every run finished
+    assert f"Runs: {runs} of {runs} finished" in (out / "report.md").read_text()
+    # a run the dead node held went on from its checkpoint on the node left: its log says so
+    resumed = [f for f in held if "resuming " in (f / "run.log").read_text()]
+    assert resumed, [f.name for f in held]

@@ -259,7 +259,7 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="run each run as a Ray task: on the cluster at ADDRESS (auto: the one this machine "
         "joined; HOST:PORT; ray://HOST:10001), without it on RAY_ADDRESS's or a Ray started here; "
-        "every node must see --out at the same path",
+        "each node is checked first (see --storage for --out)",
     )
     parser.add_argument(
         "--run-cpus", type=float, default=1.0, help="with --ray: CPUs (torch threads) per run"
@@ -293,6 +293,15 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
         "continues from its last checkpoint",
     )
     parser.add_argument(
+        "--storage",
+        choices=("auto", "shared", "ray"),
+        default=None,
+        help="with --ray: where the runs write: shared (--out on a filesystem every node "
+        "shares), ray (each run on its node's scratch disk, its folder sent back to --out "
+        "through Ray's object store at each checkpoint and at its end), auto (default: shared "
+        "where every node shares --out, else ray)",
+    )
+    parser.add_argument(
         "--no-ship-code",
         dest="ship_code",
         action="store_false",
@@ -308,10 +317,11 @@ def _cluster_of(args: argparse.Namespace) -> Any:
 
     if args.ray is None:
         ray_only = (args.run_cpus != 1.0, args.run_gpus != 0.0, args.max_retries is not None)
+        ray_only += (args.storage is not None,)
         if any(ray_only) or args.stall_after or args.autoscaling or not args.ship_code:
             raise ConfigError(
-                "--run-cpus, --run-gpus, --max-retries, --stall-after, --autoscaling and "
-                "--no-ship-code are for Ray tasks: give --ray with them"
+                "--run-cpus, --run-gpus, --max-retries, --stall-after, --autoscaling, --storage "
+                "and --no-ship-code are for Ray tasks: give --ray with them"
             )
         return None
     retries = 3 if args.max_retries is None else args.max_retries
@@ -323,6 +333,7 @@ def _cluster_of(args: argparse.Namespace) -> Any:
         stall_after=args.stall_after,
         autoscaling=args.autoscaling,
         ship_code=args.ship_code,
+        storage=args.storage or "auto",
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,12 @@ def rng_states(device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
     return torch.get_rng_state(), torch.cuda.get_rng_state_all() if cuda else []
 
 
-def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
+# called with a run's folder after each of its checkpoints is saved: a Ray task whose node does
+# not share the study's folder sends the run back from there (experiments/reproduce/storage.py)
+SAVED: list[Callable[[Path], None]] = []
+
+
+def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> None:
     folder = Path(folder) / "checkpoint"
     folder.mkdir(parents=True, exist_ok=True)
     flat: dict[str, torch.Tensor] = {}
@@ -179,6 +185,8 @@ def save_checkpoint(folder: str | Path, ckpt: Checkpoint) -> Path:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
+    for hook in SAVED:
+        hook(folder.parent)
 
 
 def _sha256(data: bytes) -> str:

@@ -7,6 +7,7 @@ node tried again on the other one."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 import pickle
 import platform
@@ -93,9 +94,16 @@ def test_what_sets_a_node_aside():
         "cannot load mnist: no files"
     ]
     (unseen,) = problems({**fine, "folder": False, "free": None}, own, "/shared/study")
-    assert unseen.startswith("does not see /shared/study: --out must be on a filesystem")
+    assert unseen.startswith("does not see /shared/study: with --storage shared, --out must be")
+    # the folder there, but not the caller's token in it: a disk of the node's own
+    (apart,) = problems({**fine, "shares": False}, own, "/shared/study")
+    assert apart.startswith("sees another folder at /shared/study: with --storage shared")
     (full,) = problems({**fine, "free": 2**20}, own, "/s")
     assert full == "1 MiB free at /s (1 GiB at least)"
+    # through Ray, the folder does not matter; the scratch disk does
+    ray_only = {**fine, "folder": False, "shares": False, "scratch": "/tmp", "scratch_free": 1}
+    assert problems(ray_only, own, "/s", "ray") == ["0 MiB free at /tmp (1 GiB at least)"]
+    assert problems({**ray_only, "scratch_free": MIN_FREE_BYTES}, own, "/s", "ray") == []
 
 
 def write_mnist(folder: Path, n: int = 60) -> None:
@@ -167,8 +175,8 @@ def test_the_callers_code_goes_to_the_nodes_and_a_node_without_the_data_is_set_a
     assert report["fedretain"] == fedretain.__version__
     assert report["missing"] == [] and report["folder"] and report["node"] == nodes.good
     lines: list[str] = []
-    aside = check_nodes(ray, needs, RayCluster(), shipped_env(True), lines.append)
-    assert list(aside) == [nodes.bad]
+    aside, storage = check_nodes(ray, needs, RayCluster(), shipped_env(True), lines.append)
+    assert list(aside) == [nodes.bad] and storage == "shared"  # no token asked for: the folder
     (line,) = lines
     start = f"node {platform.node()} ({nodes.bad[:8]}) set aside: cannot load mnist: dataset mnist"
     assert line.startswith(start), line
@@ -179,7 +187,7 @@ def test_the_callers_code_goes_to_the_nodes_and_a_node_without_the_data_is_set_a
     assert sum("(the caller has 1.0.0)" in line for line in lines[1:]) == 2
 
 
-def faulty_run(args, folder, resume, study=None, deadline=None):
+def faulty_run(args, folder, resume, study=None, deadline=None, folders=None):
     """A run that fails for a reason of its node on the faulty node (out of memory there), or
     with its own error where its args say so, and otherwise finishes."""
     if "seed=13" in args:  # the run that diverges
@@ -211,3 +219,45 @@ def test_a_run_failing_for_its_node_goes_to_another_and_its_own_error_stays(node
     moved = [line for line in lines if "set aside: out of memory" in line]
     assert moved and all(f"({nodes.bad[:8]})" in line for line in moved)
     assert all("tried again on another node (1 of 2)" in line for line in moved)
+
+
+def fails_after_a_checkpoint(args, folder, resume, study=None, deadline=None, folders=None):
+    """The real run task; on the faulty node the run pauses after its first round (its
+    checkpoint sent back through Ray) and the node then fails it."""
+    if os.environ.get(FAULTY):
+        run_task([*args, "stop_after=0.001"], folder, resume, study, deadline, folders)
+        raise NodeFault(*this_node(), "out of memory")
+    return run_task(args, folder, resume, study, deadline, folders)
+
+
+@pytest.mark.slow  # 17 s; the default suite sends a preset's folders through Ray (test_ray_studies)
+def test_without_a_shared_filesystem_a_run_moved_off_a_failing_node_continues_exactly(
+    nodes, tmp_path
+):
+    """Runs whose folders travel through Ray (--storage ray): a run the faulty node stopped
+    after a checkpoint goes on from that checkpoint on the other node, and its numbers are
+    those of a run never stopped."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    args = ["dataset=digits", "model=mlp", "rounds=4", "checkpoint_every=1", "clients=4"]
+    args.append("clients_per_round=4")
+    todo = [job(tmp_path / f"run{i}", *args, f"seed={i}") for i in range(3)]
+    lines: list[str] = []
+    through = RayCluster(retries=1, storage="ray")
+    ran = ray_each(todo, through, fails_after_a_checkpoint, echo=lines.append)
+    ended = {j.folder.name: result for j, result in ran}
+    assert all("line" in r for r in ended.values()), ended
+    assert any("set aside: out of memory; tried again" in line for line in lines)
+    moved = [j for j in todo if "resuming " in (j.folder / "run.log").read_text()]
+    assert moved, "no run went on from a checkpoint that came back"
+    for j in moved:  # against the same run never stopped, as a task on the good node
+        alone = tmp_path / f"alone-{j.folder.name}"
+        alone.mkdir()
+        on_good = {"num_cpus": 1, "label_selector": {"ray.io/node-id": nodes.good}}
+        ray.get(ray.remote(run_task).options(**on_good).remote(j.args, str(alone), False))
+        assert numbers(j.folder) == numbers(alone)
+
+
+def numbers(folder: Path) -> list[dict]:
+    """A run's metrics without its times."""
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]

@@ -75,21 +75,32 @@ def files_of(out: Path) -> dict[str, tuple[int, bytes]]:
 
 @needs_fmnist
 def test_a_preset_on_a_ray_cluster_writes_the_local_report(cluster, tmp_path):
-    local, on_ray = tmp_path / "local", tmp_path / "ray"
+    """Locally, on Ray through the shared filesystem, and on Ray with each run's folder sent
+    back through Ray's object store (--storage ray): one report."""
+    local = tmp_path / "local"
     reproduce([PRESET], local, scale="ci", echo=lambda s: None)
-    lines: list[str] = []
-    done = reproduce(
-        [PRESET], on_ray, scale="ci", echo=lines.append, cluster=RayCluster(cluster.address)
-    )
-    assert (done.failed, done.diverged) == (0, 0)
-    assert any(f"{runs_at_ci(tmp_path)} run(s) on Ray" in line for line in lines)
-    assert not ray.is_initialized()  # the study's connection is closed after it
-    assert normalised(on_ray / "report.md") == normalised(local / "report.md")
-    for png in local.glob("*.png"):
-        assert (on_ray / png.name).read_bytes() == png.read_bytes()
-    # the runs ran on the worker node (another process), each recording its CPU there
-    status = (on_ray / "e-10" / "fedavg" / "seed0" / "status.json").read_text()
-    assert '"state": "finished"' in status and '"cpu"' in status
+    runs = runs_at_ci(tmp_path)
+    for storage in ("auto", "ray"):
+        on_ray, lines = tmp_path / storage, []
+        on = RayCluster(cluster.address, storage=storage)
+        done = reproduce([PRESET], on_ray, scale="ci", echo=lines.append, cluster=on)
+        assert (done.failed, done.diverged) == (0, 0)
+        assert any(f"{runs} run(s) on Ray" in line for line in lines)
+        assert not any("set aside" in line or "do not share" in line for line in lines)
+        assert not ray.is_initialized()  # the study's connection is closed after it
+        assert normalised(on_ray / "report.md") == normalised(local / "report.md")
+        for png in local.glob("*.png"):
+            assert (on_ray / png.name).read_bytes() == png.read_bytes()
+        # the runs ran on the worker node (another process), each recording its CPU there
+        status = (on_ray / "e-10" / "fedavg" / "seed0" / "status.json").read_text()
+        assert '"state": "finished"' in status and '"cpu"' in status
+        for summary in local.glob("**/summary.json"):  # every run's numbers came back whole
+            there = on_ray / summary.parent.relative_to(local)
+            metrics = (there / "metrics.jsonl").read_text()
+            assert len(metrics.splitlines()) == len(
+                (summary.parent / "metrics.jsonl").read_text().splitlines()
+            )
+            assert (there / "checkpoint" / "meta.json").is_file()
 
 
 @needs_fmnist
@@ -243,9 +254,11 @@ def test_cluster_options_are_checked(tmp_path, capsys):
     assert "give --ray with them" in capsys.readouterr().err
     assert main(["reproduce", "demo", "--out", str(tmp_path), "--max-retries", "1"]) == 2
     assert "give --ray with them" in capsys.readouterr().err
-    for alone in ("--autoscaling", "--no-ship-code"):
-        assert main(["reproduce", "demo", "--out", str(tmp_path), alone]) == 2
+    for alone in (["--autoscaling"], ["--no-ship-code"], ["--storage", "ray"]):
+        assert main(["reproduce", "demo", "--out", str(tmp_path), *alone]) == 2
         assert "give --ray with them" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--storage must be one of auto, shared, ray"):
+        RayCluster(storage="s3")
     args = ["reproduce", "demo", "--out", str(tmp_path), "--ray", "--jobs", "2"]
     assert main(args) == 2
     assert "--run-cpus and --run-gpus" in capsys.readouterr().err
@@ -358,3 +371,60 @@ def test_a_node_lost_under_a_live_driver_costs_only_the_rounds_since_its_checkpo
     # a run the dead node held went on from its checkpoint on the node left: its log says so
     resumed = [f for f in held if "resuming " in (f / "run.log").read_text()]
     assert resumed, [f.name for f in held]
+
+
+def own_mounts() -> bool:
+    """Whether this machine lets a process see its own mounts (``unshare -m``: root, or a
+    user namespace)."""
+    try:
+        return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # a cluster of its own, a node in its own mount namespace: about a minute
+@needs_fmnist
+@pytest.mark.skipif(not own_mounts(), reason="unshare -m is not permitted here")
+def test_a_node_that_does_not_share_the_study_folder_sends_the_runs_back_through_ray(
+    tmp_path, monkeypatch
+):
+    """The worker node's raylet runs in its own mount namespace with an empty tmpfs over the
+    folder that holds --out: it cannot see what the driver writes, nor the driver what it
+    writes there. The check finds it does not share the folder, the runs' folders come back
+    through Ray's object store, and the report is the local one."""
+    local, out = tmp_path / "local", tmp_path / "study"
+    reproduce([PRESET], local, scale="ci", echo=lambda s: None)
+    monkeypatch.setenv(NICENESS, "0")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    ray_bin = Path(sys.executable).parent / "ray"
+    script = (
+        f"mount -t tmpfs tmpfs {tmp_path} && exec {ray_bin} start --address {c.address} "
+        "--num-cpus 1 --block"
+    )
+    node = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        ray.init(address=c.address, log_to_driver=False, configure_logging=False)
+        deadline = time.monotonic() + 60
+        while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        ray.shutdown()
+        lines: list[str] = []
+        done = reproduce(
+            [PRESET], out, scale="ci", echo=lines.append, cluster=RayCluster(c.address)
+        )
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        os.killpg(node.pid, signal.SIGTERM)
+        node.wait(timeout=60)
+        c.shutdown()
+    assert (done.failed, done.diverged) == (0, 0)
+    assert any("do not share" in line and "through Ray's object store" in line for line in lines)
+    assert normalised(out / "report.md") == normalised(local / "report.md")
+    runs = runs_at_ci(tmp_path / "plan")
+    assert len(files_of(out)) == 2 * runs

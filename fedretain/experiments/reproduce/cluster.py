@@ -4,10 +4,11 @@
 Each run not finished yet becomes one Ray task asking for ``run_cpus`` CPUs and ``run_gpus``
 GPUs (``0.25``: four runs share a GPU); the costliest start first, as in the local mode. A task
 runs :func:`~fedretain.experiments.reproduce.jobs.run_one` on whichever node Ray picks, into the
-run's folder, which must be a path every node sees (a shared filesystem): the folders are made
-absolute here, on the caller. The caller's fedretain travels with the study; each node needs
-its dependencies installed and the data at the same paths, which :mod:`.nodes` checks on each
-node before the runs start, setting aside the nodes that fail.
+run's folder where every node shares it with the caller (the folders are made absolute here, on
+the caller), else into a scratch folder sent back through Ray (:mod:`.storage`). The caller's
+fedretain travels with the study; each node needs its dependencies installed and the data at
+the same paths, which :mod:`.nodes` checks on each node before the runs start, setting aside
+the nodes that fail.
 
 What a lost node costs: Ray retries a task whose worker or node died (``retries`` times, on
 another node when one is left), and the retried run continues from its last checkpoint in its
@@ -24,6 +25,7 @@ the ``RAY_ADDRESS`` environment variable), ``"auto"`` joins the cluster this mac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -35,6 +37,7 @@ from typing import Any
 
 from fedretain.errors import ConfigError, FedRetainError
 from fedretain.experiments.reproduce.nodes import (
+    NODE_LABEL,
     NodeFault,
     check_nodes,
     excluding,
@@ -42,8 +45,16 @@ from fedretain.experiments.reproduce.nodes import (
     needs_of,
     shipped_env,
 )
+from fedretain.experiments.reproduce.storage import (
+    Folders,
+    check_storage,
+    drain,
+    snapshot,
+    token,
+)
 from fedretain.extras import require
 
+POLL = 2.0  # seconds between drains of what runs sent back without a shared filesystem
 START = (
     "start it with `ray start --head` (and `ray start --address HEAD:6379` on each worker) or "
     "give its address with --ray HOST:PORT"
@@ -62,8 +73,10 @@ class RayCluster:
     stall_after: float = 0.0  # > 0: stop when no run finished for this many seconds
     autoscaling: bool = False  # the cluster adds nodes as runs wait: none has to fit yet
     ship_code: bool = True  # the caller's fedretain goes to the tasks (runtime_env)
+    storage: str = "auto"  # where runs write: shared --out, through Ray, or auto (storage.py)
 
     def __post_init__(self) -> None:
+        check_storage(self.storage)
         if not (isinstance(self.retries, int) and self.retries >= 0):
             raise ConfigError(f"--max-retries must be a whole number >= 0, got {self.retries}")
         if not self.stall_after >= 0 or not self.progress_every > 0:
@@ -228,7 +241,9 @@ def ray_each(
     for job in todo:  # made here: a node that does not see them is set aside (nodes.py)
         Path(job.folder).mkdir(parents=True, exist_ok=True)
     folder = Path(os.path.commonpath([str(Path(j.folder).resolve()) for j in todo]))
-    aside = check_nodes(ray, needs_of(todo, folder), cluster, env, echo)
+    with token(folder) as shared:
+        aside, storage = check_nodes(ray, needs_of(todo, folder, shared), cluster, env, echo)
+    folders = _folders(ray, todo) if storage == "ray" else None
     task = ray.remote(run)
     options = {
         "num_cpus": cluster.run_cpus,
@@ -240,24 +255,29 @@ def ray_each(
     def submit(job: Any) -> Any:  # off the nodes set aside so far
         folder = str(Path(job.folder).resolve())
         return task.options(**options, **excluding(aside)).remote(
-            job.args, folder, job.resume, job.spec.study, deadline
+            job.args, folder, job.resume, job.spec.study, deadline, folders
         )
 
     pending = {submit(job): job for job in todo}
     moved: dict[str, int] = {}  # a job's tries on another node after a node fault
     total, last = len(pending), time.monotonic()
+    said = last  # the last progress line
     try:
         while pending:
-            ready = _next_ready(ray, pending, cluster, last)
+            ready = _next_ready(ray, pending, cluster, last, said, folders is not None)
+            if folders is not None:  # what the runs sent back, into their folders here
+                drain(ray, folders)
             if not ready:
                 idle = time.monotonic() - last
                 if cluster.stall_after and idle >= cluster.stall_after:
                     raise StalledError(_stalled(len(pending), total, idle, cluster))
-                finished = total - len(pending)
-                echo(
-                    f"waiting: {finished} of {total} run(s) finished, {len(pending)} pending or "
-                    f"running; the last finished {idle:.0f} s ago"
-                )
+                if time.monotonic() - said >= cluster.progress_every:
+                    said = time.monotonic()
+                    finished = total - len(pending)
+                    echo(
+                        f"waiting: {finished} of {total} run(s) finished, {len(pending)} "
+                        f"pending or running; the last finished {idle:.0f} s ago"
+                    )
                 continue
             last = time.monotonic()
             job = pending.pop(ready[0])
@@ -273,12 +293,31 @@ def ray_each(
             ):
                 pending[submit(job)] = job
                 continue
+            if folders is not None:
+                drain(ray, folders)  # its last files, before the run counts as ended
+                folders.forget.remote(str(Path(job.folder).resolve()))
             yield job, result
     finally:
         for ref in pending:  # stopped early (Ctrl-C): the runs left are not wanted any more
             ray.cancel(ref, force=True)
+        if folders is not None:
+            with contextlib.suppress(Exception):  # what came back of them is kept
+                drain(ray, folders)
         if started:
             ray.shutdown()
+
+
+def _folders(ray: Any, todo: list[Any]) -> Any:
+    """The :class:`~.storage.Folders` actor of a study without a shared filesystem, on the
+    caller's node, holding each run's folder as the caller has it (a run part way continues
+    from its checkpoint there)."""
+    here = ray.get_runtime_context().get_node_id()
+    folders = ray.remote(Folders).options(num_cpus=0, label_selector={NODE_LABEL: here}).remote()
+    for job in todo:
+        files = snapshot(Path(job.folder).resolve())
+        if files:
+            folders.seed.remote(str(Path(job.folder).resolve()), files)
+    return folders
 
 
 def _elsewhere(
@@ -311,12 +350,17 @@ class StalledError(FedRetainError):
     """No run of a study on Ray finished within ``--stall-after`` seconds."""
 
 
-def _next_ready(ray: Any, pending: dict[Any, Any], cluster: RayCluster, last: float) -> list:
-    """The next finished task (``[]`` when none finished before the next progress line or
-    the stall limit, whichever comes first)."""
-    wait = cluster.progress_every
+def _next_ready(
+    ray: Any, pending: dict[Any, Any], cluster: RayCluster, last: float, said: float, poll: bool
+) -> list:
+    """The next finished task (``[]`` when none finished before the next progress line, the
+    stall limit or, where runs send their folders back through Ray (``poll``), 2 s)."""
+    now = time.monotonic()
+    wait = max(cluster.progress_every - (now - said), 0.01)
     if cluster.stall_after:
-        wait = min(wait, max(cluster.stall_after - (time.monotonic() - last), 0.01))
+        wait = min(wait, max(cluster.stall_after - (now - last), 0.01))
+    if poll:
+        wait = min(wait, POLL)
     ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
     return ready
 

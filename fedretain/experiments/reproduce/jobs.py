@@ -371,26 +371,40 @@ def run_task(
     resume: bool,
     study: dict[str, Any] | None = None,
     deadline: float | None = None,
+    folders: Any = None,
 ) -> dict[str, Any]:
     """:func:`run_one` as a Ray task: continued from its checkpoint when it has one, so that a
-    task tried again after a lost node goes on from where the lost one stopped. An error of the
-    node rather than of the run (:func:`~.nodes.node_fault`; the folder, made by the caller,
-    not visible there) raises :class:`~.nodes.NodeFault`: the caller tries the run elsewhere."""
+    task tried again after a lost node goes on from where the lost one stopped. With
+    ``folders`` (no shared filesystem: :mod:`.storage`), the run goes to a scratch folder on
+    the node, pulled from what came back of it and sent back at each checkpoint and at its end;
+    else to ``folder``, made by the caller. An error of the node rather than of the run
+    (:func:`~.nodes.node_fault`; the folder not visible there) raises
+    :class:`~.nodes.NodeFault`: the caller tries the run elsewhere."""
     from fedretain.experiments.reproduce.nodes import NodeFault, node_fault, this_node
+    from fedretain.experiments.reproduce.storage import Mirror, scratch_folder
 
+    def run(where: Path) -> dict[str, Any]:
+        try:
+            return run_one(args, str(where), resume or has_checkpoint(where), study, deadline)
+        except Exception as e:
+            reason = node_fault(e)
+            if reason:
+                raise NodeFault(*this_node(), reason) from e
+            raise
+
+    if folders is not None:
+        with scratch_folder() as scratch:
+            mirror = Mirror(folders, folder, scratch)
+            mirror.pull()
+            with mirror.pushing():
+                return run(scratch)
     if not Path(folder).is_dir():
         raise NodeFault(
             *this_node(),
             f"does not see {folder} (made by the study's caller): --out must be on a "
             "filesystem every node sees at the same path",
         )
-    try:
-        return run_one(args, folder, resume or has_checkpoint(Path(folder)), study, deadline)
-    except Exception as e:
-        reason = node_fault(e)
-        if reason:
-            raise NodeFault(*this_node(), reason) from e
-        raise
+    return run(Path(folder))
 
 
 def device_of(args: list[str]) -> str:

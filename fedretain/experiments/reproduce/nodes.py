@@ -7,7 +7,8 @@ start, and one set aside when a run fails there for a reason of the node, not of
   or a Ray the caller started before the study: each node's own, which the check compares).
 - **Checks** (:func:`check_nodes`): one small task on each node that can hold a run reports
   its fedretain, torch, numpy and Python versions, whether it loads the data the plan needs,
-  whether it sees the study's folder and how much disk is free there. A node that differs
+  whether it shares the study's folder with the caller (:mod:`.storage`) and how much disk is
+  free there, or on its scratch disk where the runs' folders go through Ray. A node that differs
   from the caller or lacks something is set aside with one line naming why; the study starts
   on the others (none left: one error listing every node's reasons).
 - **Failures by cause** (:func:`node_fault`): a run that fails with an error of its node (out
@@ -24,6 +25,7 @@ import errno
 import platform
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +46,15 @@ NODE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.ESTALE}
 @dataclass(frozen=True)
 class Needs:
     """What a node must have for a study's runs: the data sets the plan reads (name, folder,
-    loader options) and the study's folder, seen at the same path."""
+    loader options), and the study's folder at the same path on the same filesystem (where
+    it shares the caller's, it sees the caller's ``token`` file there: :mod:`.storage`)."""
 
     data: tuple[tuple[str, str, tuple[tuple[str, Any], ...]], ...]
     folder: str
+    token: str = ""
 
 
-def needs_of(jobs: list[Any], folder: Path) -> Needs:
+def needs_of(jobs: list[Any], folder: Path, token: str = "") -> Needs:
     """The :class:`Needs` of ``jobs`` (their ``args``) writing under ``folder``."""
     from fedretain.recipe.config import load_config
 
@@ -58,7 +62,7 @@ def needs_of(jobs: list[Any], folder: Path) -> Needs:
     for job in jobs:
         cfg = load_config(None, job.args)
         data.add((cfg.dataset, cfg.data_dir, tuple(sorted(cfg.dataset_params.items()))))
-    return Needs(tuple(sorted(data, key=str)), str(folder.resolve()))
+    return Needs(tuple(sorted(data, key=str)), str(folder.resolve()), token)
 
 
 class NodeFault(FedRetainError):
@@ -122,6 +126,7 @@ def inspect_node(needs: Needs) -> dict[str, Any]:
             missing.append(f"{name}: {e}")
     folder = Path(needs.folder)
     seen = folder.is_dir()
+    scratch = tempfile.gettempdir()  # where a run goes without a shared filesystem
     return {
         "node": ray.get_runtime_context().get_node_id(),
         "host": platform.node(),
@@ -129,7 +134,10 @@ def inspect_node(needs: Needs) -> dict[str, Any]:
         **versions(),
         "missing": missing,
         "folder": seen,
+        "shares": seen and (not needs.token or Path(needs.token).exists()),
         "free": shutil.disk_usage(folder).free if seen else None,
+        "scratch": scratch,
+        "scratch_free": shutil.disk_usage(scratch).free,
     }
 
 
@@ -138,9 +146,13 @@ def release(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def problems(report: dict[str, Any], own: dict[str, str], folder: str) -> list[str]:
+def problems(
+    report: dict[str, Any], own: dict[str, str], folder: str, storage: str = "shared"
+) -> list[str]:
     """What keeps a node (its :func:`inspect_node` report) from the study: versions other than
-    the caller's ``own``, data it cannot load, the study's ``folder`` unseen or nearly full."""
+    the caller's ``own``, data it cannot load, and, where the runs write to the shared
+    ``folder`` (``storage``), that folder not shared with the caller or nearly full; where
+    they go through Ray (``storage="ray"``), its scratch disk nearly full."""
     found = [
         f"{key} {report.get(key)} (the caller has {own[key]})"
         for key in ("fedretain", "torch", "numpy")
@@ -149,12 +161,19 @@ def problems(report: dict[str, Any], own: dict[str, str], folder: str) -> list[s
     if report.get("python", "").split(".")[:2] != own["python"].split(".")[:2]:
         found.append(f"Python {report.get('python')} (the caller has {own['python']})")
     found += [f"cannot load {m}" for m in report.get("missing", [])]
-    if not report.get("folder"):
+    if storage == "ray":
+        free, where = report.get("scratch_free"), report.get("scratch")
+    elif not report.get("shares", report.get("folder")):
+        seen = "sees another folder at" if report.get("folder") else "does not see"
         found.append(
-            f"does not see {folder}: --out must be on a filesystem every node sees at the same path"
+            f"{seen} {folder}: with --storage shared, --out must be on a filesystem every node "
+            "shares with the caller (--storage ray sends the runs' folders through Ray)"
         )
-    elif report.get("free") is not None and report["free"] < MIN_FREE_BYTES:
-        found.append(f"{report['free'] / 2**20:.0f} MiB free at {folder} (1 GiB at least)")
+        return found
+    else:
+        free, where = report.get("free"), folder
+    if free is not None and free < MIN_FREE_BYTES:
+        found.append(f"{free / 2**20:.0f} MiB free at {where} (1 GiB at least)")
     return found
 
 
@@ -192,10 +211,12 @@ def check_nodes(
     env: dict[str, Any],
     echo: Callable[[str], None] = print,
     timeout: float = CHECK_SECONDS,
-) -> dict[str, str]:
+) -> tuple[dict[str, str], str]:
     """Check every node that can hold a run (:func:`inspect_node`, one task pinned to each);
-    return the node ids set aside, each with its reasons (one line each said so). None passes:
-    a :class:`~fedretain.errors.ConfigError` listing them, unless the cluster autoscales."""
+    return the node ids set aside, each with its reasons (one line each said so), and where
+    the runs write: ``cluster.storage``, or for ``auto`` the shared folder where every node
+    answering shares it with the caller, else through Ray (a line says so). None passes: a
+    :class:`~fedretain.errors.ConfigError`, unless the cluster autoscales."""
     own = versions()
     if env:  # the nodes run the caller's code: its version, not the one they have installed
         own["fedretain"] = env["env_vars"][SHIPPED]
@@ -206,18 +227,29 @@ def check_nodes(
         for n in nodes
     }
     ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout) if refs else ([], [])
-    aside = {}
+    aside, reports = {}, {}
     for ref in late:
         ray.cancel(ref, force=True)
         aside[refs[ref]["NodeID"]] = f"did not answer its check within {timeout:g} s"
     for ref in ready:
-        node = refs[ref]
         try:
-            found = problems(ray.get(ref), own, needs.folder)
+            reports[refs[ref]["NodeID"]] = ray.get(ref)
         except Exception as e:  # the check could not even run there
-            found = [" ".join(str(e).split())[:300]]
+            aside[refs[ref]["NodeID"]] = " ".join(str(e).split())[:300]
+    storage = cluster.storage
+    apart = [r["host"] for r in reports.values() if not r.get("shares")]
+    if storage == "auto":
+        storage = "ray" if apart else "shared"
+        if apart:
+            echo(
+                f"{len(apart)} node(s) ({', '.join(sorted(set(apart))[:3])}) do not share "
+                f"{needs.folder} with the caller: the runs' folders come back through Ray's "
+                "object store (--storage ray)"
+            )
+    for node, report in reports.items():
+        found = problems(report, own, needs.folder, storage)
         if found:
-            aside[node["NodeID"]] = "; ".join(found)
+            aside[node] = "; ".join(found)
     for node in nodes:
         if node["NodeID"] in aside:
             where = node.get("NodeManagerHostname") or node.get("NodeManagerAddress", "?")
@@ -227,7 +259,7 @@ def check_nodes(
             f"no node of the Ray cluster passed the checks ({len(nodes)} set aside, each line "
             "above naming why): fix what they name, then run the same command again"
         )
-    return aside
+    return aside, storage
 
 
 def excluding(aside: dict[str, str]) -> dict[str, Any]:

@@ -33,9 +33,10 @@ from fedretain.files import read_jsonl, save_figure, write_jsonl
 
 if TYPE_CHECKING:
     from fedretain.core.tree import Tree
+    from fedretain.recipe.config import Config
     from fedretain.recipe.federation import Federation
 
-__all__ = ["GeneratorQuality"]
+__all__ = ["GeneratorQuality", "feature_net_file", "place_feature_net"]
 
 DEFAULT_CACHE = Path.home() / ".cache" / "fedretain" / "features"
 
@@ -161,6 +162,44 @@ def check_generator_quality(cfg: Any) -> None:
             "diagnostics=generator_quality measures the global ACGAN's generator in a continual "
             "run: set scenario=class_incremental model=acgan"
         )
+
+
+def _cache_settings(cfg: Config) -> tuple[Path, int]:
+    """The feature network's cache folder and training epochs of a run of ``cfg``."""
+    own = DIAGNOSTICS.params("generator_quality")
+    given = {k: v for k, v in cfg.diagnostics_params.items() if k in own}
+    params = {**own, **DIAGNOSTICS.check("generator_quality", given, prefix="diagnostics")}
+    cache = str(params["cache_dir"])
+    return (Path(cache).expanduser() if cache else DEFAULT_CACHE), int(params["feature_epochs"])
+
+
+def feature_net_file(cfg: Config) -> tuple[str, bytes] | None:
+    """The feature network a run of ``cfg`` measures its FIDs with (None without
+    ``diagnostics=generator_quality``): its cache file's name and bytes, trained here once
+    when not cached yet. A study on Ray ships it to every run (:func:`place_feature_net`), so
+    that every FID of its report comes from one extractor, not one trained on each node's CPU."""
+    from fedretain.continual.quality import cache_path
+    from fedretain.data.datasets import load_dataset
+
+    if "generator_quality" not in cfg.diagnostics:
+        return None
+    cache, epochs = _cache_settings(cfg)
+    dataset = load_dataset(cfg.dataset, cfg.data_dir or None, **cfg.dataset_params)
+    feature_extractor(dataset, cache, epochs, seed=0)  # made and cached where missing
+    path = cache_path(dataset, cache, epochs, seed=0)
+    return path.name, path.read_bytes()
+
+
+def place_feature_net(cfg: Config, net: tuple[str, bytes]) -> Path:
+    """Put the study's feature network ``net`` (:func:`feature_net_file`) where a run of
+    ``cfg`` on this node looks for it, replacing one trained here; returns its path."""
+    from fedretain.files import atomic_write_bytes
+
+    name, data = net
+    path = _cache_settings(cfg)[0] / name
+    if not (path.is_file() and path.read_bytes() == data):
+        atomic_write_bytes(path, data)
+    return path
 
 
 DIAGNOSTICS.add(

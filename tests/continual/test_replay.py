@@ -172,3 +172,36 @@ def test_generator_quality_records_fid_and_sample_grids(tmp_path):
     assert summary["generator_quality"]["fid"] == rows[-1]["fid"]
     with pytest.raises(ConfigError, match="model=acgan"):
         make_config({**DGR, "diagnostics": ["generator_quality"]})
+
+
+def test_a_studys_feature_network_is_made_once_and_read_where_it_is_placed(tmp_path, monkeypatch):
+    """What a study on Ray ships (reproduce/cluster.py): the FID feature network made on the
+    caller, put in a node's cache, measures that node's run without training one of its own."""
+    from fedretain.continual import quality
+    from fedretain.experiments.generator_quality import feature_net_file, place_feature_net
+    from fedretain.experiments.run import run_experiment
+
+    settings = {
+        **CI,
+        "rounds": 4,
+        "diagnostics": ["generator_quality"],
+        "diagnostics.fid_samples": 40,
+        "diagnostics.cache_dir": str(tmp_path / "caller"),
+    }
+    assert (
+        feature_net_file(make_config({**CI, "rounds": 4})) is None
+    )  # no FIDs measured: nothing to ship
+    name, data = feature_net_file(make_config(settings))  # trained here, cached
+    assert (tmp_path / "caller" / name).read_bytes() == data
+
+    def trains(*args, **kwargs):
+        raise AssertionError("a feature network was trained again")
+
+    monkeypatch.setattr(quality, "train_feature_net", trains)
+    assert feature_net_file(make_config(settings)) == (name, data)  # from the cache
+    node = make_config({**settings, "diagnostics.cache_dir": str(tmp_path / "node")})
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / name).write_bytes(b"trained on the node's own CPU")
+    assert place_feature_net(node, (name, data)).read_bytes() == data  # replaced
+    run_experiment(node, tmp_path / "run", progress=False)  # no training: the placed network
+    assert (tmp_path / "run" / "generator_quality.jsonl").read_text()

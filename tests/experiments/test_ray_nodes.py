@@ -7,6 +7,7 @@ node tried again on the other one."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import pickle
@@ -187,7 +188,7 @@ def test_the_callers_code_goes_to_the_nodes_and_a_node_without_the_data_is_set_a
     assert sum("(the caller has 1.0.0)" in line for line in lines[1:]) == 2
 
 
-def faulty_run(args, folder, resume, study=None, deadline=None, folders=None):
+def faulty_run(args, folder, resume, study=None, deadline=None, folders=None, net=None):
     """A run that fails for a reason of its node on the faulty node (out of memory there), or
     with its own error where its args say so, and otherwise finishes."""
     if "seed=13" in args:  # the run that diverges
@@ -221,13 +222,43 @@ def test_a_run_failing_for_its_node_goes_to_another_and_its_own_error_stays(node
     assert all("tried again on another node (1 of 2)" in line for line in moved)
 
 
-def fails_after_a_checkpoint(args, folder, resume, study=None, deadline=None, folders=None):
+def received_net(args, folder, resume, study=None, deadline=None, folders=None, net=None):
+    """What a task was sent of the study's FID feature network."""
+    return {"line": "", "net": None if net is None else (net[0], hashlib.sha256(net[1]).digest())}
+
+
+def test_a_studys_fid_network_is_made_once_by_the_caller_and_sent_to_each_run(nodes, tmp_path):
+    fid = [
+        "dataset=digits",
+        "scenario=class_incremental",
+        "scenario.tasks=2",
+        "scenario.classes_per_task=2",
+        "scenario.rounds_per_task=2",
+        "rounds=4",
+        "model=acgan",
+        "replay=acgan",
+        "diagnostics=generator_quality",
+        f"diagnostics.cache_dir={tmp_path / 'cache'}",
+    ]
+    todo = [job(tmp_path / f"fid{i}", *fid, f"seed={i}") for i in range(2)]
+    todo.append(job(tmp_path / "plain"))
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ended = {j.folder.name: r for j, r in ray_each(todo, RayCluster(), received_net, echo=print)}
+    (cached,) = (tmp_path / "cache").iterdir()  # one network, made on the caller
+    sent = (cached.name, hashlib.sha256(cached.read_bytes()).digest())
+    assert ended["fid0"]["net"] == ended["fid1"]["net"] == sent
+    assert ended["plain"]["net"] is None
+
+
+def fails_after_a_checkpoint(
+    args, folder, resume, study=None, deadline=None, folders=None, net=None
+):
     """The real run task; on the faulty node the run pauses after its first round (its
     checkpoint sent back through Ray) and the node then fails it."""
     if os.environ.get(FAULTY):
-        run_task([*args, "stop_after=0.001"], folder, resume, study, deadline, folders)
+        run_task([*args, "stop_after=0.001"], folder, resume, study, deadline, folders, net)
         raise NodeFault(*this_node(), "out of memory")
-    return run_task(args, folder, resume, study, deadline, folders)
+    return run_task(args, folder, resume, study, deadline, folders, net)
 
 
 @pytest.mark.slow  # 17 s; the default suite sends a preset's folders through Ray (test_ray_studies)

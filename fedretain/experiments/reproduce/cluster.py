@@ -213,7 +213,7 @@ def ray_each(
     echo: Callable[[str], None] = print,
 ) -> Iterator[tuple[Any, dict[str, Any] | Exception]]:
     """Run the jobs ``todo`` (already in the order to start them) as Ray tasks, each calling
-    ``run(args, folder, resume, study, deadline)``
+    ``run(args, folder, resume, study, deadline, folders, feature_net)``
     (:func:`~fedretain.experiments.reproduce.jobs.run_task`) on the nodes that pass their
     checks (:func:`~.nodes.check_nodes`), the caller's code shipped with them; yield each job as
     it ends, with its result or its error (the run's own exception where it raised one, else
@@ -244,6 +244,7 @@ def ray_each(
     with token(folder) as shared:
         aside, storage = check_nodes(ray, needs_of(todo, folder, shared), cluster, env, echo)
     folders = _folders(ray, todo) if storage == "ray" else None
+    nets = _feature_nets(ray, todo)
     task = ray.remote(run)
     options = {
         "num_cpus": cluster.run_cpus,
@@ -255,7 +256,7 @@ def ray_each(
     def submit(job: Any) -> Any:  # off the nodes set aside so far
         folder = str(Path(job.folder).resolve())
         return task.options(**options, **excluding(aside)).remote(
-            job.args, folder, job.resume, job.spec.study, deadline, folders
+            job.args, folder, job.resume, job.spec.study, deadline, folders, nets.get(folder)
         )
 
     pending = {submit(job): job for job in todo}
@@ -305,6 +306,26 @@ def ray_each(
                 drain(ray, folders)
         if started:
             ray.shutdown()
+
+
+def _feature_nets(ray: Any, todo: list[Any]) -> dict[str, Any]:
+    """The feature network of each run measuring FIDs (``diagnostics=generator_quality``),
+    made once on the caller for each data set and put in Ray's object store: every FID of the
+    study from one extractor (:func:`~fedretain.experiments.generator_quality.feature_net_file`)."""
+    from fedretain.experiments.generator_quality import feature_net_file
+    from fedretain.recipe.config import load_config
+
+    made: dict[str, Any] = {}
+    nets = {}
+    for job in todo:
+        cfg = load_config(None, job.args)
+        if "generator_quality" not in cfg.diagnostics:
+            continue
+        key = repr((cfg.dataset, cfg.data_dir, cfg.dataset_params, cfg.diagnostics_params))
+        if key not in made:
+            made[key] = ray.put(feature_net_file(cfg))
+        nets[str(Path(job.folder).resolve())] = made[key]
+    return nets
 
 
 def _folders(ray: Any, todo: list[Any]) -> Any:

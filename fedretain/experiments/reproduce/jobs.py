@@ -372,6 +372,7 @@ def run_task(
     study: dict[str, Any] | None = None,
     deadline: float | None = None,
     folders: Any = None,
+    feature_net: tuple[str, bytes] | None = None,
 ) -> dict[str, Any]:
     """:func:`run_one` as a Ray task: continued from its checkpoint when it has one, so that a
     task tried again after a lost node goes on from where the lost one stopped. With
@@ -379,9 +380,14 @@ def run_task(
     the node, pulled from what came back of it and sent back at each checkpoint and at its end;
     else to ``folder``, made by the caller. An error of the node rather than of the run
     (:func:`~.nodes.node_fault`; the folder not visible there) raises
-    :class:`~.nodes.NodeFault`: the caller tries the run elsewhere."""
+    :class:`~.nodes.NodeFault`: the caller tries the run elsewhere. ``feature_net``: the
+    study's FID feature network, put where the run looks for it on this node."""
+    from fedretain.experiments.generator_quality import place_feature_net
     from fedretain.experiments.reproduce.nodes import NodeFault, node_fault, this_node
     from fedretain.experiments.reproduce.storage import Mirror, scratch_folder
+
+    if feature_net is not None:
+        place_feature_net(load_config(None, args), feature_net)
 
     def run(where: Path) -> dict[str, Any]:
         try:

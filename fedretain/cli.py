@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from fedretain.cli_ray import add_ray_options, ray_cluster
 from fedretain.data.cli import add_data_commands
 from fedretain.errors import FedRetainError, os_error_message
 
@@ -208,7 +209,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         args.jobs,
         args.data_dir,
         extra,
-        cluster=_cluster_of(args),
+        cluster=ray_cluster(args),
         report_only=args.report_only,
         stop_after=args.stop_after,
     )
@@ -240,7 +241,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         args.out,
         args.seeds,
         args.jobs,
-        cluster=_cluster_of(args),
+        cluster=ray_cluster(args),
         max_runs=args.max_runs,
         overwrite=args.overwrite,
     )
@@ -248,93 +249,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"error: {lost} run(s) failed or diverged: the report lists them", file=sys.stderr)
         return 1
     return 0
-
-
-def _cluster_options(parser: argparse.ArgumentParser) -> None:
-    """``--ray [ADDRESS]``, ``--run-cpus``, ``--run-gpus``: a study's runs as Ray tasks."""
-    parser.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        metavar="ADDRESS",
-        help="run each run as a Ray task: on the cluster at ADDRESS (auto: the one this machine "
-        "joined; HOST:PORT; ray://HOST:10001), without it on RAY_ADDRESS's or a Ray started here; "
-        "each node is checked first (see --storage for --out)",
-    )
-    parser.add_argument(
-        "--run-cpus", type=float, default=1.0, help="with --ray: CPUs (torch threads) per run"
-    )
-    parser.add_argument(
-        "--run-gpus",
-        type=float,
-        default=0.0,
-        help="with --ray: GPUs per run (0.25: four runs share a GPU; runs then use device=cuda)",
-    )
-    parser.add_argument(
-        "--stall-after",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="with --ray: stop when no run finished for this long (default: wait; a line every "
-        "minute says how many are left)",
-    )
-    parser.add_argument(
-        "--autoscaling",
-        action="store_true",
-        help="with --ray: the cluster adds nodes as runs wait (a Ray autoscaler, KubeRay), so "
-        "no node has to hold a run yet; a note says so",
-    )
-    parser.add_argument(
-        "--max-retries",
-        type=int,
-        default=None,
-        help="with --ray: tries of a run again after its worker or node died, or failed for a "
-        "reason of its node (out of memory, disk full: then on another node; default 3); it "
-        "continues from its last checkpoint",
-    )
-    parser.add_argument(
-        "--storage",
-        choices=("auto", "shared", "ray"),
-        default=None,
-        help="with --ray: where the runs write: shared (--out on a filesystem every node "
-        "shares), ray (each run on its node's scratch disk, its folder sent back to --out "
-        "through Ray's object store at each checkpoint and at its end), auto (default: shared "
-        "where every node shares --out, else ray)",
-    )
-    parser.add_argument(
-        "--no-ship-code",
-        dest="ship_code",
-        action="store_false",
-        help="with --ray: the nodes run the fedretain they have installed (checked to be the "
-        "caller's version) instead of the caller's code, shipped to each task",
-    )
-
-
-def _cluster_of(args: argparse.Namespace) -> Any:
-    """The :class:`RayCluster` the options name, or None without ``--ray``."""
-    from fedretain.errors import ConfigError
-    from fedretain.experiments.reproduce.cluster import RayCluster
-
-    if args.ray is None:
-        ray_only = (args.run_cpus != 1.0, args.run_gpus != 0.0, args.max_retries is not None)
-        ray_only += (args.storage is not None,)
-        if any(ray_only) or args.stall_after or args.autoscaling or not args.ship_code:
-            raise ConfigError(
-                "--run-cpus, --run-gpus, --max-retries, --stall-after, --autoscaling, --storage "
-                "and --no-ship-code are for Ray tasks: give --ray with them"
-            )
-        return None
-    retries = 3 if args.max_retries is None else args.max_retries
-    return RayCluster(
-        args.ray or None,
-        args.run_cpus,
-        args.run_gpus,
-        retries,
-        stall_after=args.stall_after,
-        autoscaling=args.autoscaling,
-        ship_code=args.ship_code,
-        storage=args.storage or "auto",
-    )
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -619,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="[DATASET=]DIR",
         help="folder of the paper's dataset (repeat it, DATASET=DIR, for several)",
     )
-    _cluster_options(rep)
+    add_ray_options(rep)
     rep.set_defaults(settings="names", fn=_cmd_reproduce)
 
     led = sub.add_parser(
@@ -666,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start the sweep over: remove what an earlier sweep wrote in --out (only that)",
     )
-    _cluster_options(swp)
+    add_ray_options(swp)
     swp.set_defaults(settings="items", fn=_cmd_sweep)
 
     lst = sub.add_parser("list", help="list what is available")

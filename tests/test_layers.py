@@ -34,6 +34,7 @@ from fedretain.registry import PROVIDERS
 
 LAYERS = {
     "cli": 9,
+    "cli_ray": 9,
     "experiments": 8,
     "flower": 7,
     "recipe": 6,

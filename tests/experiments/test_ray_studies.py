@@ -428,3 +428,20 @@ def test_a_node_that_does_not_share_the_study_folder_sends_the_runs_back_through
     assert normalised(out / "report.md") == normalised(local / "report.md")
     runs = runs_at_ci(tmp_path / "plan")
     assert len(files_of(out)) == 2 * runs
+
+
+def test_a_run_lost_on_a_ray_node_names_no_machine_of_the_caller(tmp_path):
+    """A run whose Ray worker died (retries spent) left no status: the caller writes one, but
+    not with its own CPU, which the run never ran on (locally it does: the same machine)."""
+    from fedretain.experiments.presets.plan import RunSpec
+    from fedretain.experiments.reproduce import jobs
+
+    job = jobs.Job("p", RunSpec("s", "m", 0, {}), ["rounds=1"], tmp_path / "run", "fresh")
+    lost = RuntimeError("lost on the Ray cluster: the worker died")
+    for cluster, has_cpu in ((RayCluster(), False), (None, True)):
+        job.folder.mkdir(exist_ok=True)
+        with patch.object(jobs, "run_each", lambda *a: iter([(job, lost)])):
+            errors = jobs.run_jobs([job], 1, lambda line: None, cluster)
+        status = jobs.read_status(job.folder)
+        assert errors == {job.folder: "RuntimeError: lost on the Ray cluster: the worker died"}
+        assert status["state"] == "failed" and ("cpu" in status) == has_cpu

@@ -536,7 +536,7 @@ def run_jobs(
     """Run the jobs not done yet, ``parallel`` at a time (or on the Ray ``cluster``); returns
     folder -> error of the runs that failed or diverged (the others go on). Each run's
     ``status.json`` records what became of it (written where the run ran; here, for a run
-    whose process died before it could)."""
+    whose process died before it could: with this machine's CPU only for a local run)."""
     todo = [j for j in jobs if j.state in ("fresh", "resume")]
     skipped = sum(j.state == "done" for j in jobs)
     if skipped:
@@ -553,7 +553,9 @@ def run_jobs(
         if isinstance(result, Exception):
             status = read_status(job.folder)
             if status.get("state") not in ("diverged", "failed"):  # its process died first
-                status = {"state": "failed", "error": one_line(result), **machine()}
+                # on this machine, locally; on a Ray node, one this process does not know
+                here = machine() if cluster is None else {}
+                status = {"state": "failed", "error": one_line(result), **here}
                 write_json(job.folder / STATUS, status)
             errors[job.folder] = status["error"]
             echo(f"{what}: {status['state']}: {status['error']} (log: {job.folder / 'run.log'})")

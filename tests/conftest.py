@@ -36,6 +36,7 @@ LONGEST_FIRST = (
     "tests/engines/test_vmap_conformance.py",  # 93
     "tests/continual/test_scenario.py",  # 84
     "tests/test_gpu_check.py",  # 83
+    "tests/experiments/test_ray_studies.py",  # 65: real raylets, a preset three ways
     "tests/experiments/test_reproduce.py",  # 64
     "tests/experiments/test_ci_fedcil.py",  # 61
     "tests/engines/test_auto.py",  # 54
@@ -45,6 +46,7 @@ LONGEST_FIRST = (
     "tests/experiments/test_ci_tce.py",  # 40
     "tests/models/test_models.py",  # 42
     "tests/experiments/test_ci_gradma.py",  # 41
+    "tests/experiments/test_ray_nodes.py",  # 27
 )
 
 

@@ -6,9 +6,10 @@ start, and one set aside when a run fails there for a reason of the node, not of
   every node runs the caller's code, whatever fedretain it has installed (``--no-ship-code``,
   or a Ray the caller started before the study: each node's own, which the check compares).
 - **Checks** (:func:`check_nodes`): one small task on each node that can hold a run reports
-  its fedretain, torch, numpy and Python versions, whether it loads the data the plan needs,
-  whether it shares the study's folder with the caller (:mod:`.storage`) and how much disk is
-  free there, or on its scratch disk where the runs' folders go through Ray. A node that differs
+  its fedretain, torch, numpy and Python versions, whether it has the data the plan needs
+  (the files ``fedretain data get`` lists, else the data set loaded), whether it shares the
+  study's folder with the caller (:mod:`.storage`) and how much disk is free there, or on its
+  scratch disk where the runs' folders go through Ray. A node that differs
   from the caller or lacks something is set aside with one line naming why; the study starts
   on the others (none left: one error listing every node's reasons).
 - **Failures by cause** (:func:`node_fault`): a run that fails with an error of its node (out
@@ -116,10 +117,14 @@ def inspect_node(needs: Needs) -> dict[str, Any]:
     import ray
 
     import fedretain
-    from fedretain.data.datasets import load_dataset
+    from fedretain.data.datasets import default_folder, load_dataset
+    from fedretain.data.fetch import present_in
 
     missing = []
     for name, folder, params in needs.data:
+        where = folder or default_folder(name)
+        if where and present_in(name, Path(where).expanduser()):
+            continue  # its files are there: loading them all (minutes for JPEGs) can wait
         try:
             load_dataset(name, folder or None, **dict(params))
         except Exception as e:  # whatever stops a run from reading it

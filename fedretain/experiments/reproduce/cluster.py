@@ -237,33 +237,35 @@ def ray_each(
             "note: Ray was started before the study, so fedretain's code is not shipped with "
             "it: the nodes run the fedretain they have installed"
         )
-    connect(cluster, echo, env)
-    for job in todo:  # made here: a node that does not see them is set aside (nodes.py)
-        Path(job.folder).mkdir(parents=True, exist_ok=True)
-    folder = Path(os.path.commonpath([str(Path(j.folder).resolve()) for j in todo]))
-    with token(folder) as shared:
-        aside, storage = check_nodes(ray, needs_of(todo, folder, shared), cluster, env, echo)
-    folders = _folders(ray, todo) if storage == "ray" else None
-    nets = _feature_nets(ray, todo)
-    task = ray.remote(run)
-    options = {
-        "num_cpus": cluster.run_cpus,
-        "num_gpus": cluster.run_gpus,
-        "max_retries": cluster.retries,
-        "retry_exceptions": False,  # a run's own error is final; a node's: _elsewhere
-    }
+    pending: dict[Any, Any] = {}
+    folders = None
+    try:  # from here on, a study that stops (an error, Ctrl-C) closes what it opened
+        connect(cluster, echo, env)
+        for job in todo:  # made here: a node that does not see them is set aside (nodes.py)
+            Path(job.folder).mkdir(parents=True, exist_ok=True)
+        folder = Path(os.path.commonpath([str(Path(j.folder).resolve()) for j in todo]))
+        with token(folder) as shared:
+            aside, storage = check_nodes(ray, needs_of(todo, folder, shared), cluster, env, echo)
+        folders = _folders(ray, todo) if storage == "ray" else None
+        nets = _feature_nets(ray, todo)
+        task = ray.remote(run)
+        options = {
+            "num_cpus": cluster.run_cpus,
+            "num_gpus": cluster.run_gpus,
+            "max_retries": cluster.retries,
+            "retry_exceptions": False,  # a run's own error is final; a node's: _elsewhere
+        }
 
-    def submit(job: Any) -> Any:  # off the nodes set aside so far
-        folder = str(Path(job.folder).resolve())
-        return task.options(**options, **excluding(aside)).remote(
-            job.args, folder, job.resume, job.spec.study, deadline, folders, nets.get(folder)
-        )
+        def submit(job: Any) -> Any:  # off the nodes set aside so far
+            folder = str(Path(job.folder).resolve())
+            return task.options(**options, **excluding(aside)).remote(
+                job.args, folder, job.resume, job.spec.study, deadline, folders, nets.get(folder)
+            )
 
-    pending = {submit(job): job for job in todo}
-    moved: dict[str, int] = {}  # a job's tries on another node after a node fault
-    total, last = len(pending), time.monotonic()
-    said = last  # the last progress line
-    try:
+        pending = {submit(job): job for job in todo}
+        moved: dict[str, int] = {}  # a job's tries on another node after a node fault
+        total, last = len(pending), time.monotonic()
+        said = last  # the last progress line
         while pending:
             ready = _next_ready(ray, pending, cluster, last, said, folders is not None)
             if folders is not None:  # what the runs sent back, into their folders here

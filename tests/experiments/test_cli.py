@@ -508,7 +508,7 @@ def test_no_noise_is_a_warning_that_epsilon_is_infinite(tmp_path, capsys):
 
 
 def test_progress_lines_when_stderr_is_not_a_terminal(capsys):
-    from fedretain.experiments.run import Progress
+    from fedretain.experiments.progress import Progress
 
     with Progress("FedAvg", 3, every=0) as bar:
         bar.update(1, 0.61234)
@@ -524,7 +524,7 @@ def test_progress_lines_when_stderr_is_not_a_terminal(capsys):
 def test_progress_lines_end_with_the_last_round_once_any_was_printed(capsys):
     import time
 
-    from fedretain.experiments.run import Progress
+    from fedretain.experiments.progress import Progress
 
     with Progress("FedAvg", 3) as bar:
         bar.started = bar.last = time.monotonic() - 40  # the first round took 40 s

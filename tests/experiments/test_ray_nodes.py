@@ -65,9 +65,10 @@ def test_a_nodes_errors_are_told_from_a_runs_own():
 
 
 def test_a_run_out_of_host_memory_is_a_fault_of_its_node(tmp_path):
-    """A real allocation the host refuses (an MLP layer of 64 x 2e11 floats), in a run as a Ray
-    task would run it: the error names the node and the cause, and status.json says failed."""
-    args = ["dataset=digits", "model=mlp", "model.hidden=[200000000000]", "rounds=1"]
+    """A real allocation the host refuses (an MLP layer of 64 x 1e15 floats: 256 PB, beyond any
+    address space, so refused however the host overcommits memory), in a run as a Ray task
+    would run it: the error names the node and the cause, and status.json says failed."""
+    args = ["dataset=digits", "model=mlp", "model.hidden=[1000000000000000]", "rounds=1"]
     with pytest.raises(NodeFault, match="out of memory") as caught:
         run_task(args, str(tmp_path), False)
     assert caught.value.reason == "out of memory" and caught.value.host == this_node()[1]

@@ -4,8 +4,9 @@ The core (every algorithm, the sequential, vectorised and auto engines, class-in
 ``reproduce`` and ``sweep`` on one machine) needs none of them. Flower (``engine=flower``, the
 ``flower`` commands) and Ray (``--ray``) come with ``pip install "fedretain[flower]"``; Opacus
 (``privacy=dpsgd`` and the accountant of every privacy mechanism) with ``[privacy]``;
-TensorBoard (``tracking=tensorboard``) with ``[tracking]``. A feature whose package is missing
-says so in one line, with the command, before anything runs (:func:`require`).
+TensorBoard (``tracking=tensorboard``) with ``[tracking]``; MLflow (``tracking=mlflow``) with
+``[mlflow]``; Weights & Biases (``tracking=wandb``) with ``[wandb]``. A feature whose package
+is missing says so in one line, with the command, before anything runs (:func:`require`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ import importlib.util
 
 from fedretain.errors import ConfigError
 
-EXTRAS = {"flwr": "flower", "ray": "flower", "opacus": "privacy", "tensorboard": "tracking"}
+EXTRAS = {
+    "flwr": "flower",
+    "ray": "flower",
+    "opacus": "privacy",
+    "tensorboard": "tracking",
+    "mlflow": "mlflow",
+    "wandb": "wandb",
+}
 
 
 def installed(module: str) -> bool:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKER = """
 import sys
 
-BLOCKED = {"flwr", "ray", "opacus", "tensorboard"}
+BLOCKED = {"flwr", "ray", "opacus", "tensorboard", "mlflow", "wandb"}
 
 
 class Block:
@@ -74,10 +74,12 @@ CASES = [
         "tracking",
         "tracking=tensorboard needs tensorboard",
     ),
+    (["fedretain", "run", *TINY, "tracking=mlflow"], "mlflow", "tracking=mlflow needs mlflow"),
+    (["fedretain", "run", *TINY, "tracking=wandb"], "wandb", "tracking=wandb needs wandb"),
     (["fedretain.flower", "simulate", *TINY], "flower", "fedretain.flower needs flwr"),
     (["fedretain", "reproduce", "demo", "--scale", "ci", "--ray"], "flower", "--ray needs ray"),
 ]
-# every case's `python -m MODULE ARGS` in one blocked process (one start of torch, not six):
+# every case's `python -m MODULE ARGS` in one blocked process (one start of torch, not eight):
 # [exit status, stderr] per case
 EACH = """
 import contextlib, io, json, runpy, sys

@@ -14,7 +14,7 @@ from fedretain.errors import OutputError
 # run's own files, its built-in observers' and diagnostics', and those of a study's runs
 # (run.log, status.json); --overwrite removes only folders made of these, so that a file of
 # the user's (a figure, notes) is never removed; * stands for a round
-RESULT_DIRS = ("checkpoint", "client_state", "tensorboard", "samples")
+RESULT_DIRS = ("checkpoint", "client_state", "tensorboard", "wandb", "samples")
 RESULT_FILES = (
     "config.toml",
     "metrics.jsonl",
@@ -30,6 +30,9 @@ RESULT_FILES = (
     "fid.png",
     "run.log",
     "status.json",
+    "mlflow.db",
+    "mlflow.json",
+    "wandb.json",
 )
 
 

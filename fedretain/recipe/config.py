@@ -178,7 +178,8 @@ class Config:
     tracking: str = setting(
         "",
         "experiment tracking: empty for none, else each round's metrics also go to the "
-        "tracker (tensorboard writes DIR/tensorboard/)",
+        "tracker (tensorboard writes DIR/tensorboard/; mlflow an MLflow run, in "
+        "MLFLOW_TRACKING_URI or DIR/mlflow.db; wandb an offline W&B run in DIR/wandb/)",
     )
     scenario: str = setting(
         "",

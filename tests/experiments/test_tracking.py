@@ -113,3 +113,89 @@ def test_a_run_with_tracking_writes_its_metrics_to_tensorboard(tmp_path, capsys)
     rows = read_jsonl(out / "metrics.jsonl")
     got = points(out / "tensorboard", "test_accuracy")
     assert got == [(r["round"], round(r["test_accuracy"], 6)) for r in rows]
+
+
+FAST = ["dataset=digits", "model=mlp", "model.hidden=[16]", "clients=4", "clients_per_round=2"]
+
+
+def killed_then_resumed(out, tracking: str) -> list[dict]:
+    """A run of 3 rounds with checkpoints every 2 rounds, then resumed to 4 rounds from its
+    checkpoint (a second process, a second run of the tracker's); returns its metrics.jsonl
+    rows, which the tracker must hold once each."""
+    from fedretain.cli import main
+    from fedretain.files import read_jsonl
+
+    args = [*FAST, "rounds=3", "checkpoint_every=2", f"tracking={tracking}"]
+    assert main(["run", *args, "--out", str(out), "name=tracked"]) == 0
+    assert main(["run", "--resume", str(out), "rounds=4"]) == 0
+    return read_jsonl(out / "metrics.jsonl")
+
+
+def test_mlflow_gets_each_rounds_metrics_and_the_settings_without_duplicates(tmp_path):
+    """The real MLflow client and its SQLite store: after a run and its resume, one live MLflow
+    run holds exactly metrics.jsonl's points, the settings as parameters; the run the first
+    process wrote to is deleted."""
+    pytest.importorskip("mlflow")
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    out = tmp_path / "run"
+    rows = killed_then_resumed(out, "mlflow")
+    client = MlflowClient(f"sqlite:///{out}/mlflow.db")
+    experiment = client.get_experiment_by_name("tracked")
+    live = client.search_runs([experiment.experiment_id])
+    everything = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
+    assert len(live) == 1 and len(everything) == 2  # the first process's run, deleted
+    (run,) = live
+    history = client.get_metric_history(run.info.run_id, "test_accuracy")
+    got = [(m.step, round(m.value, 6)) for m in sorted(history, key=lambda m: m.step)]
+    assert got == [(r["round"], round(r["test_accuracy"], 6)) for r in rows]
+    assert run.data.params["rounds"] == "4" and run.data.params["model.hidden"] == "[16]"
+    assert run.info.status == "FINISHED"
+
+
+def wandb_records(path) -> list[bytes]:
+    """The records of a ``.wandb`` file: a 7-byte header (``:W&B``, magic, version), then
+    LevelDB's log format (32 KiB blocks of chunks, each with a 7-byte header: CRC-32, length,
+    type FULL=1, FIRST=2, MIDDLE=3 or LAST=4), each record a serialized wandb ``Record``."""
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, out, parts = 7, [], b""
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header: padding
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):
+            out.append(parts + chunk if kind == 4 else chunk)
+        elif kind in (2, 3):
+            parts = chunk if kind == 2 else parts + chunk
+    return out
+
+
+def test_wandb_gets_each_rounds_metrics_offline_without_duplicates(tmp_path, monkeypatch):
+    """The real wandb library, offline: after a run and its resume, one offline run folder
+    holds exactly metrics.jsonl's points (read back from its log with wandb's own reader), the
+    settings as its config; the first process's offline run is removed."""
+    pytest.importorskip("wandb")
+    from wandb.proto import wandb_internal_pb2
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "run"
+    rows = killed_then_resumed(out, "wandb")
+    (folder,) = (out / "wandb").glob("offline-run-*")
+    (log,) = folder.glob("*.wandb")
+    points, config = [], {}
+    for data in wandb_records(log):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            items = {i.key or "/".join(i.nested_key): i.value_json for i in record.history.item}
+            if "test_accuracy" in items:
+                points.append((int(items["_step"]), round(float(items["test_accuracy"]), 6)))
+        elif record.WhichOneof("record_type") == "run":  # its config comes with it
+            config.update({i.key: i.value_json for i in record.run.config.update})
+    assert points == [(r["round"], round(r["test_accuracy"], 6)) for r in rows]
+    assert config["rounds"] == '"4"' and config["dataset.name"] == '"digits"'

@@ -293,3 +293,26 @@ def numbers(folder: Path) -> list[dict]:
     """A run's metrics without its times."""
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
+
+
+def test_what_comes_back_through_ray_stays_in_its_runs_folder(tmp_path):
+    """drain (storage.py) writes what runs sent into their folders on the caller: a name that
+    would leave its folder is ignored, a removed file goes with the folders it leaves empty."""
+    from fedretain.experiments.reproduce.storage import drain
+
+    run = tmp_path / "study" / "run"
+    sent = [  # what each take() returns: (folder, files changed, files removed) per push
+        [(str(run), {"checkpoint/clients-2/0.safetensors": b"x", "metrics.jsonl": b"{}"}, [])],
+        [(str(run), {"../../outside": b"y", "/etc/x": b"z"}, [])],
+    ]
+
+    class Outbox:  # the actor's take(), as ray.get returns it
+        take = SimpleNamespace(remote=lambda: sent.pop(0))
+
+    through = SimpleNamespace(get=lambda x: x)
+    assert drain(through, Outbox) == 2
+    assert (run / "checkpoint" / "clients-2" / "0.safetensors").read_bytes() == b"x"
+    assert drain(through, Outbox) == 0 and not (tmp_path / "outside").exists()
+    sent.append([(str(run), {}, ["checkpoint/clients-2/0.safetensors"])])
+    assert drain(through, Outbox) == 1
+    assert sorted(p.name for p in run.rglob("*")) == ["metrics.jsonl"]  # checkpoint/ emptied too

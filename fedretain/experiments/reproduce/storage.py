@@ -100,20 +100,30 @@ class Folders:
 
 def drain(ray: Any, folders: Any) -> int:
     """Write what the runs pushed into their folders on the caller (the keys are their
-    paths); returns how many files were written or removed."""
+    paths; a name that would leave its run's folder is ignored), removing the files they
+    removed and the folders that leaves empty; returns how many files were written or
+    removed."""
     count = 0
     for key, changed, removed in ray.get(folders.take.remote()):
-        root = Path(key)
+        root = Path(key).resolve()
         for name, data in changed.items():
-            atomic_write_bytes(root / name, data)
+            if inside(root, name):
+                atomic_write_bytes(root / name, data)
+                count += 1
         for name in removed:
-            path = root / name
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        count += len(changed) + len(removed)
+            if inside(root, name):
+                (root / name).unlink(missing_ok=True)
+                count += 1
+                parent = (root / name).parent
+                while parent != root and parent.is_dir() and not any(parent.iterdir()):
+                    parent.rmdir()  # a checkpoint's old clients-<round>/, emptied
+                    parent = parent.parent
     return count
+
+
+def inside(root: Path, name: str) -> bool:
+    """Whether ``root / name`` stays inside ``root`` (no absolute name, no ``..`` out)."""
+    return (root / name).resolve().is_relative_to(root)
 
 
 class Mirror:

@@ -207,7 +207,6 @@ def time_simulation(config: Config, rounds: int | None = None) -> dict[str, Any]
     all of its descendants, Ray's included, sampled every 0.25 s) and ``peak_processes``.
     Nothing is written to disk.
     """
-    from fedretain.engines.round import Rounds
     from fedretain.flower.options import flower_config
     from fedretain.recipe.federation import build_federation
     from fedretain.registry import kind
@@ -229,9 +228,7 @@ def time_simulation(config: Config, rounds: int | None = None) -> dict[str, Any]
         fed = build_federation(cfg)
         # the FlowerEngine, by its registered factory (engine.py starts this module's simulation)
         engine = kind("engine").build("flower", cfg.engine_params, fed)
-        runner = Rounds(
-            fed.algorithm, fed.task, fed.clients, engine, on_divergence=cfg.on_divergence
-        )
+        runner = fed.rounds(engine)  # the one constructor: a continual config's clients too
         state = fed.algorithm.server_init(*fed.task.init())
         round_s = []
         try:

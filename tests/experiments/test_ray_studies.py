@@ -101,6 +101,11 @@ def test_a_preset_on_a_ray_cluster_writes_the_local_report(cluster, tmp_path):
                 (summary.parent / "metrics.jsonl").read_text().splitlines()
             )
             assert (there / "checkpoint" / "meta.json").is_file()
+    # the same command again: every run finished, nothing to send to Ray
+    again: list[str] = []
+    done = reproduce([PRESET], on_ray, scale="ci", echo=again.append, cluster=on)
+    assert (done.failed, done.diverged) == (0, 0) and not ray.is_initialized()
+    assert f"{runs} run(s) already finished: skipped" in again
 
 
 @needs_fmnist

@@ -224,6 +224,8 @@ def ray_each(
     continues them from their checkpoints)."""
     import ray
 
+    if not todo:  # every run finished already: nothing to connect for
+        return
     flower = [str(j.folder) for j in todo if "engine=flower" in j.args]
     if flower:  # its simulation starts a Ray of its own inside the task: not supported
         raise ConfigError(

@@ -450,3 +450,28 @@ def test_a_run_lost_on_a_ray_node_names_no_machine_of_the_caller(tmp_path):
         status = jobs.read_status(job.folder)
         assert errors == {job.folder: "RuntimeError: lost on the Ray cluster: the worker died"}
         assert status["state"] == "failed" and ("cpu" in status) == has_cpu
+
+
+@pytest.mark.slow  # a cluster of its own with a Ray Client server: about a minute
+@needs_fmnist
+def test_a_study_through_ray_client_gives_the_local_report(tmp_path, monkeypatch):
+    """``--ray ray://HOST:10001 --storage ray``: the caller is a Ray Client, not a node; the
+    code is shipped with the client's job, the runs' folders come back through Ray, and the
+    report is the local one."""
+    local, out = tmp_path / "local", tmp_path / "client"
+    reproduce([PRESET], local, scale="ci", echo=lambda s: None)
+    monkeypatch.setenv(NICENESS, "0")
+    port = 10001 + os.getpid() % 1000  # another worker's cluster may hold 10001
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "ray_client_server_port": port}
+    )
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    try:
+        on = RayCluster(f"ray://127.0.0.1:{port}", storage="ray")
+        done = reproduce([PRESET], out, scale="ci", echo=lambda s: None, cluster=on)
+    finally:
+        c.shutdown()
+    assert (done.failed, done.diverged) == (0, 0)
+    assert normalised(out / "report.md") == normalised(local / "report.md")
+    assert len(files_of(out)) == 2 * runs_at_ci(tmp_path / "plan")

@@ -142,9 +142,21 @@ class ReplacedRun(BaseObserver):
         self.write(record)
         return {}
 
+    # the environment variable naming the tracker's experiment or project (the library's own)
+    group_variable = ""
+
     @property
     def experiment(self) -> str:
-        return (self.config.name if self.config is not None else "") or "fedretain"
+        """Where the tracker files the run: its library's variable where set, else
+        ``fedretain`` (a sweep's points and a preset's runs side by side, each under its
+        name)."""
+        return os.environ.get(self.group_variable) or "fedretain"
+
+    @property
+    def label(self) -> str:
+        """The run's name in the tracker: the config's label (a sweep's point, a preset's
+        method and seed)."""
+        return self.config.label if self.config is not None else self.out.name
 
     def open(self) -> Any:
         """A new run of the tracker's, its settings logged."""
@@ -164,14 +176,15 @@ class ReplacedRun(BaseObserver):
 
 class MLflowTracker(ReplacedRun):
     """Every numeric key of each record as an MLflow metric (key: the key, step: the round) of
-    one MLflow run, the run's settings as its parameters, in the experiment named by the
-    config's ``name`` (else ``fedretain``). The store: ``MLFLOW_TRACKING_URI`` where set, else a
-    SQLite database beside the results (``sqlite:///DIR/mlflow.db``: ``mlflow ui
-    --backend-store-uri sqlite:///DIR/mlflow.db`` shows it). A resumed run deletes the MLflow
-    run the previous process wrote to (its points after the checkpoint were never kept) and
-    logs the kept records to a new one."""
+    one MLflow run named after the config's label, the run's settings as its parameters, in
+    the experiment ``MLFLOW_EXPERIMENT_NAME`` names (else ``fedretain``). The store:
+    ``MLFLOW_TRACKING_URI`` where set, else a SQLite database beside the results
+    (``sqlite:///DIR/mlflow.db``: ``mlflow ui --backend-store-uri sqlite:///DIR/mlflow.db``
+    shows it). A resumed run deletes the MLflow run the previous process wrote to (its points
+    after the checkpoint were never kept) and logs the kept records to a new one."""
 
     name = "mlflow"
+    group_variable = "MLFLOW_EXPERIMENT_NAME"
 
     def client(self) -> Any:
         from mlflow.tracking import MlflowClient
@@ -185,8 +198,7 @@ class MLflowTracker(ReplacedRun):
         client = self.client()
         found = client.get_experiment_by_name(self.experiment)
         experiment = found.experiment_id if found else client.create_experiment(self.experiment)
-        label = self.config.label if self.config is not None else self.out.name
-        run = client.create_run(experiment, run_name=label)
+        run = client.create_run(experiment, run_name=self.label)
         params = [Param(k, v[:6000]) for k, v in settings_of(self.config).items()]
         for i in range(0, len(params), 100):  # MLflow takes 100 parameters a call
             client.log_batch(run.info.run_id, params=params[i : i + 100])
@@ -215,21 +227,22 @@ class MLflowTracker(ReplacedRun):
 
 class WandbTracker(ReplacedRun):
     """Every numeric key of each record logged to a Weights & Biases run at its round, the
-    run's settings as its config, in the project named by the config's ``name`` (else
-    ``fedretain``). Offline unless ``WANDB_MODE`` says otherwise: the run is written to
-    ``DIR/wandb/offline-run-*`` and ``wandb sync DIR/wandb/offline-run-*`` uploads it later. A
-    resumed run removes the offline folder the previous process wrote (its points after the
-    checkpoint were never kept) and logs the kept records to a new run."""
+    run's settings as its config, named after the config's label, in the project
+    ``WANDB_PROJECT`` names (else ``fedretain``). Offline unless ``WANDB_MODE`` says otherwise:
+    the run is written to ``DIR/wandb/offline-run-*`` and ``wandb sync
+    DIR/wandb/offline-run-*`` uploads it later. A resumed run removes the offline folder the
+    previous process wrote (its points after the checkpoint were never kept) and logs the kept
+    records to a new run."""
 
     name = "wandb"
+    group_variable = "WANDB_PROJECT"
 
     def open(self) -> Any:
         import wandb
 
-        label = self.config.label if self.config is not None else self.out.name
         return wandb.init(
             project=self.experiment,
-            name=label,
+            name=self.label,
             config=settings_of(self.config),
             dir=str(self.out),
             mode=os.environ.get("WANDB_MODE") or "offline",

@@ -131,18 +131,21 @@ def killed_then_resumed(out, tracking: str) -> list[dict]:
     return read_jsonl(out / "metrics.jsonl")
 
 
-def test_mlflow_gets_each_rounds_metrics_and_the_settings_without_duplicates(tmp_path):
+def test_mlflow_gets_each_rounds_metrics_and_the_settings_without_duplicates(tmp_path, monkeypatch):
     """The real MLflow client and its SQLite store: after a run and its resume, one live MLflow
     run holds exactly metrics.jsonl's points, the settings as parameters; the run the first
     process wrote to is deleted."""
     pytest.importorskip("mlflow")
     from mlflow.entities import ViewType
+
+    for variable in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(variable, raising=False)
     from mlflow.tracking import MlflowClient
 
     out = tmp_path / "run"
     rows = killed_then_resumed(out, "mlflow")
     client = MlflowClient(f"sqlite:///{out}/mlflow.db")
-    experiment = client.get_experiment_by_name("tracked")
+    experiment = client.get_experiment_by_name("fedretain")
     live = client.search_runs([experiment.experiment_id])
     everything = client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL)
     assert len(live) == 1 and len(everything) == 2  # the first process's run, deleted
@@ -151,7 +154,7 @@ def test_mlflow_gets_each_rounds_metrics_and_the_settings_without_duplicates(tmp
     got = [(m.step, round(m.value, 6)) for m in sorted(history, key=lambda m: m.step)]
     assert got == [(r["round"], round(r["test_accuracy"], 6)) for r in rows]
     assert run.data.params["rounds"] == "4" and run.data.params["model.hidden"] == "[16]"
-    assert run.info.status == "FINISHED"
+    assert run.info.status == "FINISHED" and run.info.run_name == "tracked"
 
 
 def wandb_records(path) -> list[bytes]:

@@ -386,11 +386,10 @@ def run_task(
     from fedretain.experiments.reproduce.nodes import NodeFault, node_fault, this_node
     from fedretain.experiments.reproduce.storage import Mirror, scratch_folder
 
-    if feature_net is not None:
-        place_feature_net(load_config(None, args), feature_net)
-
     def run(where: Path) -> dict[str, Any]:
         try:
+            if feature_net is not None:
+                place_feature_net(load_config(None, args), feature_net)
             return run_one(args, str(where), resume or has_checkpoint(where), study, deadline)
         except Exception as e:
             reason = node_fault(e)

@@ -277,7 +277,9 @@ def conformance_cases(quick: bool) -> list[Case]:
     if quick:
         base.update(local_epochs=1, clients=6, clients_per_round=3)
         continual.update({"scenario.tasks": 2, "rounds": 2, "local_steps": 2})
-    algorithms = list(kind("algorithm"))  # first: it registers the continual methods
+    import fedretain.recipe.config  # noqa: F401  (registers every algorithm, continual ones too)
+
+    algorithms = list(kind("algorithm"))
     only_continual = set(continual_only())
     cases = []
     for name in algorithms:

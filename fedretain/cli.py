@@ -77,12 +77,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def components() -> list[str]:
+    """Import every layer's registrations (the run's layer imports them all, the recipe's
+    below it) and return the kinds a config chooses from, in the config's order."""
+    import fedretain.experiments.run  # noqa: F401
+    from fedretain.recipe.config import COMPONENTS, NAMED
+
+    return list(dict.fromkeys([*(c.kind for c in COMPONENTS.values()), *NAMED.values()]))
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from fedretain.core.tree import tree_numel
     from fedretain.recipe.config import load_config
     from fedretain.recipe.federation import build_federation
     from fedretain.registry import kind
 
+    components()  # the diagnostics and trackers are checked too
     config, overrides = _config_and_overrides(args.config, args.items)
     cfg = load_config(config, overrides)
     fed = build_federation(cfg)  # loads the data, splits it, builds the model and the algorithm
@@ -254,6 +264,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     from fedretain.registry import kind
 
+    components()
     registry = kind(list_kind(args.what))
     width = max(len(n) for n in registry)
     for name, entry in registry.items():
@@ -273,15 +284,13 @@ _PLURALS = {"loss": "losses", "privacy": "privacy"}  # where it is not the kind 
 
 
 class _Lists(Mapping[str, str]):
-    """``fedretain list <what>`` -> the registry's kind: every kind of :mod:`fedretain.registry`,
+    """``fedretain list <what>`` -> the registry's kind: every kind a config chooses from,
     in the plural, "-" for "_" (``server-opts``). Made on first use, so that building the parser
     (``fedretain --help``) imports no registry."""
 
     @functools.cached_property
     def _lists(self) -> dict[str, str]:
-        from fedretain.registry import kinds
-
-        return {_PLURALS.get(k, k.replace("_", "-") + "s"): k for k in kinds()}
+        return {_PLURALS.get(k, k.replace("_", "-") + "s"): k for k in components()}
 
     def __getitem__(self, what: str) -> str:
         return self._lists[what]
@@ -346,7 +355,9 @@ def settings_help(width: int = 100) -> str:
         option_defaults,
         param_help,
     )
-    from fedretain.registry import PROVIDERS, kind
+    from fedretain.registry import kind
+
+    kinds = components()
 
     def wrap(text: str, indent: str, hanging: str = "") -> list[str]:
         return (
@@ -378,7 +389,7 @@ def settings_help(width: int = 100) -> str:
     for s in describe_settings():
         lines.append(f"  {s.key} = {s.default}")
         lines += wrap(s.help, "      ")
-        if s.key in NAMED and NAMED[s.key] in PROVIDERS:
+        if s.key in NAMED and NAMED[s.key] in kinds:
             lines += entries(NAMED[s.key], None)
         elif s.key in named_by:
             prefix = named_by[s.key]

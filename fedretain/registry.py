@@ -19,9 +19,15 @@ none in configs (``algo.lambda``). Each parameter's meaning is a ``:param NAME: 
 of its factory's docstring (of a class: the class's or ``__init__``'s), shown by
 ``fedretain list <kind> --params`` and in the documentation (:meth:`Registry.meanings`).
 
-:func:`kind` returns a kind's registry with every entry loaded: the packages that declare
-entries of a kind are listed in :data:`PROVIDERS` and imported on first use, so this module
-(the bottom of the package) never imports them at load time.
+:func:`kind` returns a kind's registry. A kind is declared where its :class:`Registry` is made
+and its entries are registered by the modules that add them, each when it is imported: the
+package that owns the kind, and upper layers extending it (``engine=flower`` is registered by
+:mod:`fedretain.flower`, the continual algorithms by :mod:`fedretain.continual`). This module,
+the bottom of the package, names none of them. A module that looks a kind up imports the
+modules registering its entries at its own layer and below (the layer test checks it, and that
+every registration in the package is reachable from the entrances): recipe's configuration
+sees every algorithm, model and engine below it; the run adds Flower's engine, the diagnostics
+and the trackers; the command line sees everything.
 """
 
 from __future__ import annotations
@@ -32,31 +38,12 @@ import importlib
 import inspect
 import keyword
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fedretain.errors import ConfigError, unknown_choice
-
-# kind -> the modules whose import registers its entries
-PROVIDERS: dict[str, tuple[str, ...]] = {
-    "algorithm": ("fedretain.algorithms", "fedretain.continual"),
-    "dataset": ("fedretain.data.datasets",),
-    "partition": ("fedretain.data.partition",),
-    "model": ("fedretain.models", "fedretain.continual.zoo"),
-    "loss": ("fedretain.losses",),
-    "optimizer": ("fedretain.core.optim",),
-    "server_opt": ("fedretain.core.optim",),
-    "aggregator": ("fedretain.algorithms.aggregators",),
-    "participation": ("fedretain.engines.schedule",),
-    "engine": ("fedretain.engines", "fedretain.flower"),
-    "store": ("fedretain.engines.store",),
-    "diagnostic": ("fedretain.experiments.diagnostics", "fedretain.experiments.generator_quality"),
-    "tracker": ("fedretain.experiments.tracking",),
-    "privacy": ("fedretain.privacy.mechanisms",),
-    "scenario": ("fedretain.continual.scenario",),
-    "replay": ("fedretain.continual.replay", "fedretain.continual.dgr"),
-}
 
 _REGISTRIES: dict[str, Registry] = {}
 # ":param name: text" up to the next field line, a blank line or the end (Sphinx style)
@@ -76,6 +63,7 @@ class Entry:
     target: Callable[..., Any] | str
     description: str  # one line for `fedretain list`
     meta: dict[str, Any] = field(default_factory=dict)  # kind-specific facts (a dataset's folder)
+    module: str = ""  # the module that registered it
 
     @functools.cached_property
     def factory(self) -> Callable[..., Any]:
@@ -120,7 +108,8 @@ class Registry:
         """Register ``factory`` (or ``"module:name"``, imported on first use) as ``name``."""
         if name in self.entries:
             raise ValueError(f"{self.kind} '{name}' is registered twice")
-        self.entries[name] = Entry(name, factory, description, meta)
+        module = sys._getframe(1).f_globals.get("__name__", "")
+        self.entries[name] = Entry(name, factory, description, meta, module)
         return factory
 
     def __contains__(self, name: object) -> bool:
@@ -247,16 +236,15 @@ def coerce(key: str, value: Any, default: Any) -> Any:
 
 
 def kind(name: str) -> Registry:
-    """The registry of kind ``name`` with all its entries loaded."""
-    if name not in PROVIDERS:
-        raise ConfigError(unknown_choice("kind of component", name, PROVIDERS))
-    for module in PROVIDERS[name]:
-        importlib.import_module(module)
+    """The registry of kind ``name``, with the entries of every module imported so far."""
+    if name not in _REGISTRIES:
+        raise ConfigError(unknown_choice("kind of component", name, _REGISTRIES))
     return _REGISTRIES[name]
 
 
 def kinds() -> list[str]:
-    return list(PROVIDERS)
+    """The kinds declared by the modules imported so far."""
+    return list(_REGISTRIES)
 
 
-__all__ = ["PROVIDERS", "Entry", "Registry", "coerce", "config_key", "kind", "kinds"]
+__all__ = ["Entry", "Registry", "coerce", "config_key", "kind", "kinds"]

@@ -198,3 +198,26 @@ def test_the_documented_replay_rehearses_the_last_task_from_the_second_task_on(t
     assert int(memory["task"]) == 1 and int(memory["last"]["n"]) == 4
     assert torch.equal(memory["last"]["y"], fed.dataset.y_train[torch.from_numpy(task0.copy())])
     assert set(memory["this"]["y"].tolist()) <= set(fed.continual.plan.classes[0][1])
+
+
+def test_the_documented_tracker_writes_every_record_once_across_a_resume(tmp_path):
+    import csv
+
+    from fedretain.experiments.outputs import strangers
+
+    cfg = {**TINY, "rounds": 4, "checkpoint_every": 2, "tracking": "csv"}
+    with example("A tracker", "tracker", "fedretain.experiments.tracking"):
+        run_experiment(make_config(cfg), tmp_path / "whole")
+        run_experiment(make_config({**cfg, "stop_after": 1e-9}), tmp_path / "cut")
+        paused = list(csv.DictReader((tmp_path / "cut" / "metrics.csv").open()))
+        run_experiment(make_config(cfg), tmp_path / "cut", resume=True)
+        assert strangers(tmp_path / "whole") == []  # metrics.csv is the run's (files=)
+    for folder in ("whole", "cut"):
+        rows = list(csv.DictReader((tmp_path / folder / "metrics.csv").open()))
+        records = read_jsonl(tmp_path / folder / "metrics.jsonl")
+        assert [int(r["round"]) for r in rows] == [r["round"] for r in records] == [0, 1, 2, 3, 4]
+        assert [float(r["test_accuracy"]) for r in rows] == [r["test_accuracy"] for r in records]
+    assert 1 <= len(paused) < 5  # the pause came before the end
+    assert strangers(tmp_path / "whole") == ["metrics.csv"]  # unregistered: a user's file
+    with pytest.raises(ConfigError, match="unknown tracker 'csv'"):
+        make_config(cfg)

@@ -13,24 +13,31 @@ Layers, top to bottom (a module may import its own layer and those below it):
     extras      which optional package each feature needs (a one-line error naming its extra)
     registry | files | errors
 
-Besides import statements, a call ``kind("X")`` (:func:`fedretain.registry.kind`, a string
-literal) imports the modules that register kind X's entries (``registry.PROVIDERS``): the
-calling module depends on each of them, and these lookups obey the layers as imports do.
 Cycles are looked for between modules and between packages (``fedretain.<package>``, an
 ``__init__``'s imports included): importing any module of a package runs its ``__init__``
 first, so two packages that import each other form a cycle even where no two of their modules
-do. A package looking up its own kind is how a registry avoids a cycle at import time: such a
-lookup counts for the packages, not between its modules.
+do.
+
+Registries (:mod:`fedretain.registry`) name no module: a kind's entries are registered by the
+modules that add them, when imported, and ``kind("X")`` finds what is imported. So the
+registrations must be reachable by imports: each layer that checks or lists components sees
+every entry registered at its layer and below, and everything registered anywhere is seen
+from the command line (tested in fresh processes below).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 import fedretain
-from fedretain.registry import PROVIDERS
 
 LAYERS = {
     "cli": 9,
@@ -80,25 +87,6 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
-def _lookups(name: str, path: Path, known: set[str]) -> set[str]:
-    """The provider modules of every kind ``name`` looks up with ``kind("X")``; a lookup of a
-    kind held in a variable (``kind(comp.kind)``) may be any kind: it counts as all of them."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if not (isinstance(node, ast.Call) and node.args):
-            continue
-        func, arg = node.func, node.args[0]
-        named = isinstance(func, ast.Name) and func.id == "kind"
-        named |= isinstance(func, ast.Attribute) and func.attr == "kind"
-        if not named:
-            continue
-        if isinstance(arg, ast.Constant):
-            found |= set(PROVIDERS.get(arg.value, ()))
-        else:
-            found |= {m for ms in PROVIDERS.values() for m in ms}
-    return {m for m in found if m in known and m != name}
-
-
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     if parts[-1] in ("__main__", "app"):
@@ -113,26 +101,7 @@ def _package(module: str) -> str:
     return ".".join(module.split(".")[:2])
 
 
-# Lookups that run up the layers, known and not yet removed: validating a config checks every
-# component's name and options against its kind's registry, and three kinds have providers
-# above recipe (engine: the Flower engine registers itself from flower; diagnostic and
-# tracker: their registries and entries live in experiments). They are imports made by
-# kind() at validation time, not at module load. Removing one means checking those kinds in
-# the layer that owns them; the test fails when one is removed (shrink this set) or another
-# appears.
-KNOWN_UP_LOOKUPS = {
-    ("fedretain.recipe.config", "fedretain.flower"),
-    ("fedretain.recipe.config", "fedretain.experiments.diagnostics"),
-    ("fedretain.recipe.config", "fedretain.experiments.generator_quality"),
-    ("fedretain.recipe.config", "fedretain.experiments.tracking"),
-}
 GRAPH = {m: _imports(m, p, set(_modules())) for m, p in _modules().items()}
-ALL_LOOKUPS = {m: _lookups(m, p, set(_modules())) for m, p in _modules().items()}
-LOOKUPS = {m: {b for b in bs if (m, b) not in KNOWN_UP_LOOKUPS} for m, bs in ALL_LOOKUPS.items()}
-# every dependency: imports, and lookups of a kind (whose providers the lookup imports)
-USES = {m: GRAPH[m] | LOOKUPS[m] for m in GRAPH}
-# between modules: imports, and lookups of another package's kind
-MODULE_GRAPH = {m: GRAPH[m] | {b for b in LOOKUPS[m] if _package(b) != _package(m)} for m in GRAPH}
 
 
 def test_every_subpackage_has_a_layer():
@@ -143,7 +112,7 @@ def test_every_subpackage_has_a_layer():
 def test_no_import_runs_up_the_layers():
     up = [
         f"{a} -> {b}"
-        for a, outs in USES.items()
+        for a, outs in GRAPH.items()
         for b in outs
         if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)
     ]
@@ -156,14 +125,14 @@ def test_no_import_cycle():
 
     def visit(module: str, path: list[str]) -> None:
         seen[module] = 1
-        for other in sorted(MODULE_GRAPH[module]):
+        for other in sorted(GRAPH[module]):
             if seen.get(other) == 1:
                 cycles.append(" -> ".join([*path[path.index(other) :], other]))
             elif other not in seen:
                 visit(other, [*path, other])
         seen[module] = 2
 
-    for module in sorted(MODULE_GRAPH):
+    for module in sorted(GRAPH):
         if module not in seen:
             visit(module, [module])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
@@ -199,25 +168,8 @@ def _package_cycles(uses: dict[str, set[str]]) -> list[str]:
 
 
 def test_no_cycle_between_packages():
-    cycles = _package_cycles(USES)
+    cycles = _package_cycles(GRAPH)
     assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
-
-
-def test_the_known_upward_lookups_are_exactly_those_listed():
-    found = {
-        (a, b)
-        for a, outs in ALL_LOOKUPS.items()
-        for b in outs - GRAPH[a]
-        if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)
-    }
-    assert found == KNOWN_UP_LOOKUPS, (
-        f"new: {sorted(found - KNOWN_UP_LOOKUPS)}; gone: {sorted(KNOWN_UP_LOOKUPS - found)}"
-    )
-
-
-def test_every_provider_is_a_module():
-    missing = [f"{k}: {m}" for k, ms in PROVIDERS.items() for m in ms if m not in GRAPH]
-    assert not missing, "registry.PROVIDERS names no module:\n" + "\n".join(missing)
 
 
 def test_the_checker_sees_an_upward_import():
@@ -225,10 +177,10 @@ def test_the_checker_sees_an_upward_import():
     assert "fedretain.engines.round" in GRAPH["fedretain.engines.sequential"]
     assert _layer("fedretain.experiments.run") > _layer("fedretain.recipe.config")
     assert _layer("fedretain.flower.__main__") == 9
-    # kind("participation") in the aggregators loads the participation models
-    assert "fedretain.engines.schedule" in USES["fedretain.algorithms.aggregators"]
-    # kind(comp.kind) in the config's validation may be any kind: all providers
-    assert "fedretain.data.datasets" in ALL_LOOKUPS["fedretain.recipe.config"]
+    # the aggregators read the participation models' registry (bernoulli's defaults)
+    assert "fedretain.engines.schedule" in GRAPH["fedretain.algorithms.aggregators"]
+    # the config's validation imports the packages registering the kinds it checks
+    assert "fedretain.data.datasets" in GRAPH["fedretain.recipe.config"]
     # a cycle through two packages' __init__ modules, where no two modules form one
     two = {
         "fedretain.a": {"fedretain.b.y"},
@@ -239,3 +191,73 @@ def test_the_checker_sees_an_upward_import():
         "fedretain.a -> fedretain.b -> fedretain.a  "
         "(fedretain.a -> fedretain.b.y; fedretain.b.y -> fedretain.a.x)"
     ]
+
+
+# Prints every (kind, name, registering module) once the named modules are imported; "cli"
+# stands for the command line's components() (every layer's registrations).
+_ENTRIES = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    if name == "cli":
+        importlib.import_module("fedretain.cli").components()
+    else:
+        importlib.import_module(name)
+from fedretain.registry import kind, kinds
+print(json.dumps([[k, n, e.module] for k in kinds() for n, e in kind(k).items()]))
+"""
+# kinds that no config chooses from, with the module that must see all their entries
+OWN_ENTRANCE = {"preset": "fedretain.experiments.presets"}
+
+
+def _registered(*modules: str) -> set[tuple[str, str, str]]:
+    """Every registry entry in a fresh process that imported ``modules``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ENTRIES, *modules], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {tuple(e) for e in json.loads(done.stdout.splitlines()[-1])}
+
+
+@functools.cache
+def _everything() -> set[tuple[str, str, str]]:
+    """The entries registered by importing every module of the package."""
+    return _registered(*(m for m in sorted(GRAPH) if m.split(".")[-1] != "__main__"))
+
+
+def _missing(expected: set, seen: set) -> str:
+    return "\n".join(f"{k} '{n}' (registered by {m})" for k, n, m in sorted(expected - seen))
+
+
+def test_every_registration_is_reachable_from_the_command_line():
+    """Each registry entry anywhere in the package is seen where its kind is used: a config's
+    kinds from the command line, the presets from the presets' package. A module that
+    registers a component and is imported by no one fails here, naming the module."""
+    everything = _everything()
+    assert len({k for k, _, _ in everything}) >= 16 and len(everything) > 100
+    config_kinds = {(k, n, m) for k, n, m in everything if k not in OWN_ENTRANCE}
+    missing = _missing(config_kinds, _registered("cli"))
+    assert not missing, "not reachable from `fedretain` (import it where its kind is):\n" + missing
+    for kind_name, entrance in OWN_ENTRANCE.items():
+        own = {e for e in everything if e[0] == kind_name}
+        assert own, kind_name
+        missing = _missing(own, _registered(entrance))
+        assert not missing, f"not reachable from {entrance}:\n" + missing
+
+
+@pytest.mark.parametrize("checker", ["fedretain.recipe.config", "fedretain.experiments.run"])
+def test_each_layer_sees_every_registration_at_and_below_it(checker):
+    """The configuration's checks (recipe) see every algorithm, model, engine... registered
+    in the layers below it, the run's also Flower's engine and its own diagnostics and
+    trackers, whatever else is imported: no check depends on the order of imports."""
+    expected = {
+        (k, n, m)
+        for k, n, m in _everything()
+        if k not in OWN_ENTRANCE and _layer(m) is not None and _layer(m) <= _layer(checker)
+    }
+    seen = _registered(checker)
+    assert len(expected) > 50
+    missing = _missing(expected, seen)
+    assert not missing, f"{checker} does not see (import the modules in its layer):\n" + missing
+    if checker == "fedretain.recipe.config":  # the run's kinds and entries are not its
+        assert not {k for k, _, _ in seen} & {"diagnostic", "tracker"}
+        assert ("engine", "flower", "fedretain.flower") not in seen

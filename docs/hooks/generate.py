@@ -162,10 +162,11 @@ def datasets() -> str:
 
 
 def kinds() -> str:
-    from fedretain.registry import kind, kinds
+    from fedretain.cli import components
+    from fedretain.registry import kind
 
     rows = ["| kind | entries |", "|---|---|"]
-    for k in kinds():
+    for k in components():
         rows.append(f"| {k} | {', '.join(f'`{n}`' for n in kind(k))} |")
     return "\n".join(rows)
 
@@ -310,6 +311,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 def stale_pages(write: bool = False) -> list[Path]:
     """The pages under ``docs/``, and the README, whose tables differ from the code's
     (rewritten if ``write``)."""
+    from fedretain.cli import components
+
+    components()  # every layer's registrations, which the tables read
     stale = []
     for page in [*sorted(DOCS.rglob("*.md")), DOCS.parent / "README.md"]:
         text = page.read_text(encoding="utf-8")

@@ -36,8 +36,9 @@ import torch
 from torch import Tensor
 
 from fedretain.core.tree import Tree, leaves, tree_map, tree_weighted_mean
+from fedretain.engines.schedule import PARTICIPATIONS
 from fedretain.errors import ConfigError
-from fedretain.registry import Registry, kind
+from fedretain.registry import Registry
 
 log = logging.getLogger("fedretain")
 
@@ -177,7 +178,7 @@ def expected_participants(cfg: Any) -> float:
     ``clients × (p_min + p_max) / 2`` (bernoulli: the mean of the p_i's distribution)."""
     if cfg.participation != "bernoulli":
         return cfg.clients_per_round
-    p = {**kind("participation").params("bernoulli"), **cfg.participation_params}
+    p = {**PARTICIPATIONS.params("bernoulli"), **cfg.participation_params}
     return cfg.clients * (p["p_min"] + p["p_max"]) / 2
 
 

@@ -31,6 +31,11 @@ FID over the rounds is ``diagnostics=generator_quality``
 (:mod:`fedretain.experiments.generator_quality`).
 """
 
+# importing any module of this package registers every entry of the package: the two
+# algorithms below, model=acgan (zoo), the scenario and the replays (replay, dgr)
+import fedretain.continual.dgr
+import fedretain.continual.scenario
+import fedretain.continual.zoo  # noqa: F401
 from fedretain.algorithms import ALGORITHMS
 from fedretain.continual.fedcil import fedcil
 from fedretain.continual.fedlwf import fedlwf2t

@@ -168,4 +168,5 @@ DIAGNOSTICS.add(
     "loss increase on earlier clients, F_ki heat maps, FedReg's Fisher correlation (rounds, "
     "reference, samples, fisher)",
     check=check_forgetting,
+    files=("forgetting.jsonl", "forgetting.png", "forgetting-*.png"),
 )

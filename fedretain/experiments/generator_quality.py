@@ -208,4 +208,5 @@ DIAGNOSTICS.add(
     "FID of the global ACGAN generator every fid_every rounds and sample grids per task "
     "(continual runs with model=acgan)",
     check=check_generator_quality,
+    files=("generator_quality.jsonl", "fid.png", "samples/"),
 )

@@ -9,30 +9,24 @@ import shutil
 from pathlib import Path
 
 from fedretain.errors import OutputError
+from fedretain.experiments.components import writes
 
 # what a results folder holds, by name (besides the temporary files of atomic writes): the
-# run's own files, its built-in observers' and diagnostics', and those of a study's runs
-# (run.log, status.json); --overwrite removes only folders made of these, so that a file of
-# the user's (a figure, notes) is never removed; * stands for a round
-RESULT_DIRS = ("checkpoint", "client_state", "tensorboard", "wandb", "samples")
+# run's own files, its built-in observers', and those of a study's runs (run.log,
+# status.json), and the files each registered diagnostic and tracker names on its line
+# (:mod:`fedretain.experiments.components`); --overwrite removes only folders made of these,
+# so that a file of the user's (a figure, notes) is never removed
+RESULT_DIRS = ("checkpoint", "client_state")
 RESULT_FILES = (
     "config.toml",
     "metrics.jsonl",
     "summary.json",
     "accuracy.png",
-    "forgetting.jsonl",
-    "forgetting.png",
-    "forgetting-*.png",
     "continual.jsonl",
     "continual_accuracy.png",
     "accuracy_matrix.png",
-    "generator_quality.jsonl",
-    "fid.png",
     "run.log",
     "status.json",
-    "mlflow.db",
-    "mlflow.json",
-    "wandb.json",
 )
 
 
@@ -40,10 +34,12 @@ def _is_result(path: Path) -> bool:
     if path.is_symlink():
         return False
     if path.is_dir():
-        return path.name in RESULT_DIRS
+        return path.name in RESULT_DIRS or writes(path.name, folder=True)
     if path.name[:1] == "." and path.suffix == ".tmp":
         return True
-    return any(fnmatch.fnmatchcase(path.name, name) for name in RESULT_FILES)
+    return any(fnmatch.fnmatchcase(path.name, name) for name in RESULT_FILES) or writes(
+        path.name, folder=False
+    )
 
 
 def strangers(folder: Path) -> list[str]:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import fedretain.experiments.components  # noqa: F401  (registers what kind() reads below)
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
 from fedretain.engines.round import DivergenceError, Rounds
 from fedretain.errors import ConfigError
@@ -67,7 +68,7 @@ from fedretain.experiments.progress import RunProgress, StopAfterRound
 from fedretain.experiments.tracking import make_tracker
 from fedretain.files import read_json, write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
-from fedretain.recipe.config import Config, resolved
+from fedretain.recipe.config import Config, resolved, validate
 from fedretain.recipe.federation import (
     Federation,
     build_federation,
@@ -240,6 +241,7 @@ class Run:
     training: :mod:`fedretain.experiments.observers`), evaluation and results folder."""
 
     def __init__(self, cfg: Config, out: str | Path, progress: bool | None = False) -> None:
+        validate(cfg)  # again, with this layer's kinds: cfg may be older than their import
         self.cfg, self.out, self.progress = cfg, Path(out), progress
         self.fed = build_federation(cfg)
         self.engine = kind("engine").build(cfg.engine, cfg.engine_params, self.fed)

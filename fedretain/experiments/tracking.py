@@ -282,6 +282,7 @@ TRACKERS.add(
     TensorBoardTracker,
     "each round's metrics as TensorBoard scalars in DIR/tensorboard/",
     check=check_tensorboard,
+    files=("tensorboard/",),
 )
 TRACKERS.add(
     "mlflow",
@@ -289,6 +290,7 @@ TRACKERS.add(
     "each round's metrics and the settings in an MLflow run (MLFLOW_TRACKING_URI, else "
     "sqlite:///DIR/mlflow.db)",
     check=check_mlflow,
+    files=("mlflow.db", "mlflow.json"),
 )
 TRACKERS.add(
     "wandb",
@@ -296,6 +298,7 @@ TRACKERS.add(
     "each round's metrics and the settings in a Weights & Biases run (offline in DIR/wandb/ "
     "unless WANDB_MODE says otherwise; wandb sync uploads it)",
     check=check_wandb,
+    files=("wandb/", "wandb.json"),
 )
 
 

@@ -159,6 +159,7 @@ def composable_algorithms() -> tuple[str, ...]:
     """The registered algorithms ``privacy=dpsgd`` accepts (built with their defaults): those
     :func:`with_dpsgd` accepts, less the full-batch ones (``sgd``: one step on all of a client's
     data, where DP-SGD divides by the expected mini-batch size), which a run refuses."""
+    import fedretain.continual  # noqa: F401  (registers the continual algorithms: all are read)
     from fedretain.algorithms import build_algorithm
 
     names = []

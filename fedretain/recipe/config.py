@@ -7,6 +7,13 @@ TOML file these are tables (``[partition]`` with ``name = "dirichlet"`` and ``al
 ``[algo]`` with ``mu = 0.01``); ``partition = "dirichlet"`` alone also works.
 
 Every error names the key, the value and what is allowed.
+
+Each component is checked against its kind's registry (:mod:`fedretain.registry`). This layer
+imports the packages that register the kinds at its layer and below (algorithms, data,
+models, engines, privacy, continual...); the kinds of the layers above (the run's diagnostics
+and trackers) and their entries (``engine=flower``) are registered by those layers when
+imported, and a section whose kind no imported module declares is left to the layer that owns
+it (the run checks its configuration again with every kind loaded).
 """
 
 from __future__ import annotations
@@ -20,8 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# the packages registering the kinds this layer checks (imported for their registrations)
+import fedretain.algorithms
+import fedretain.continual
+import fedretain.core.optim
+import fedretain.data.datasets
+import fedretain.data.partition
+import fedretain.engines
+import fedretain.losses
+import fedretain.models
+import fedretain.privacy.mechanisms
 from fedretain.errors import ConfigError, unknown_choice
-from fedretain.registry import coerce, kind
+from fedretain.registry import Registry, coerce, kind, kinds
 
 ON_DIVERGENCE = ("stop", "skip")
 PRECISIONS = ("fp32", "bf16", "fp64")
@@ -250,6 +267,14 @@ COMPONENTS = {
 }
 # keys that name a registry entry without options: key -> its registry's kind
 NAMED = {"loss": "loss", "tracking": "tracker"}
+
+
+def declared(kind_name: str) -> Registry | None:
+    """The registry of ``kind_name`` where an imported module declares it (a kind of an upper
+    layer may not be yet), else None."""
+    return kind(kind_name) if kind_name in kinds() else None
+
+
 _PARAM_FIELDS = {c.params_field for c in COMPONENTS.values()}
 _FIELDS = {f.name: f for f in dataclasses.fields(Config) if f.name not in _PARAM_FIELDS}
 # keys of earlier versions -> their names now (old TOML files and checkpoints)
@@ -341,7 +366,9 @@ def _applies(prefix: str, param: str, chosen: Any) -> bool:
     if chosen is None:
         chosen = getattr(Config(), comp.name_field)
     names = chosen if isinstance(chosen, list) else [chosen]
-    registry = kind(comp.kind)
+    registry = declared(comp.kind)
+    if registry is None:  # its layer is not loaded: kept, for that layer to check
+        return True
     return any(n in registry and param in registry.params(n) for n in names)
 
 
@@ -427,10 +454,11 @@ def component_names(cfg: Config, prefix: str) -> list[str]:
 
 
 def component_params(cfg: Config, prefix: str) -> dict[str, Any]:
-    """The parameters of ``prefix``'s component(s) with every default filled in."""
-    registry = kind(COMPONENTS[prefix].kind)
+    """The parameters of ``prefix``'s component(s) with every default filled in (those set
+    alone where no imported module declares its kind)."""
+    registry = declared(COMPONENTS[prefix].kind)
     defaults: dict[str, Any] = {}
-    for name in component_names(cfg, prefix):
+    for name in component_names(cfg, prefix) if registry is not None else []:
         defaults.update(registry.params(name))
     return {**defaults, **getattr(cfg, COMPONENTS[prefix].params_field)}
 
@@ -438,7 +466,8 @@ def component_params(cfg: Config, prefix: str) -> dict[str, Any]:
 def validate(cfg: Config) -> None:
     """Check every value: scalars here, each component's name and parameters against its
     registry (one place: :mod:`fedretain.registry`), then what the algorithm requires. No
-    number may be NaN or infinite."""
+    number may be NaN or infinite. A section whose kind no imported module declares (a
+    diagnostic before the run's layer is loaded) is left to that layer."""
     for key in _FIELDS:
         _finite(key, getattr(cfg, key))
     _positive(
@@ -484,7 +513,9 @@ def validate(cfg: Config) -> None:
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda")):
         raise ConfigError(f"device must be cpu or cuda[:N], got {cfg.device!r}")
     for prefix, comp in COMPONENTS.items():
-        registry = kind(comp.kind)
+        registry = declared(comp.kind)
+        if registry is None:
+            continue
         names = component_names(cfg, prefix)
         for name in names:
             registry.get(name)
@@ -505,13 +536,12 @@ def validate(cfg: Config) -> None:
     if cfg.tracking:
         picked.append(("tracker", cfg.tracking))
     for kind_name, name in picked:
-        check = kind(kind_name).get(name).meta.get("check")
+        registry = declared(kind_name)
+        check = registry.get(name).meta.get("check") if registry is not None else None
         if check is not None:
             check(cfg)
-    from fedretain.algorithms import check_server_side  # loaded on use, as kind() does
-
     chosen = {"server_opt": bool(cfg.server_opt), "aggregator": cfg.aggregator != "mean"}
-    check_server_side(cfg.algorithm, [k for k, on in chosen.items() if on])
+    fedretain.algorithms.check_server_side(cfg.algorithm, [k for k, on in chosen.items() if on])
     algorithms = kind("algorithm")
     requires = algorithms.get(cfg.algorithm).meta.get("requires", {})
     for key, (ok, why) in requires.items():

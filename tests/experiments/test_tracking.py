@@ -2,9 +2,7 @@
 
 import pytest
 
-from fedretain import registry
 from fedretain.errors import ConfigError
-from fedretain.experiments import run as run_module
 from fedretain.experiments.tracking import TensorBoardTracker, scalars
 from fedretain.recipe.config import make_config
 
@@ -84,23 +82,13 @@ def test_a_fresh_run_clears_an_old_folder(tmp_path):
     assert points(tmp_path / "tensorboard", "test_accuracy") == [(0, 0.0)]
 
 
-@pytest.fixture
-def trackers(monkeypatch):
-    """The registry line this module asks for (a no-op once it is in registry.PROVIDERS)."""
-    monkeypatch.setitem(registry.PROVIDERS, "tracker", ("fedretain.experiments.tracking",))
-
-
-def test_the_tracking_key_is_checked(trackers):
+def test_the_tracking_key_is_checked():
     assert make_config({}).tracking == ""
     assert make_config({"tracking": "tensorboard"}).tracking == "tensorboard"
     with pytest.raises(ConfigError, match="unknown tracker 'tensorbord'"):
         make_config({"tracking": "tensorbord"})
 
 
-@pytest.mark.skipif(
-    "tracker" not in registry.PROVIDERS or "tracker" not in run_module.SHOWN_BY,
-    reason="needs the tracker line in registry.PROVIDERS and the tracker observer of a run",
-)
 def test_a_run_with_tracking_writes_its_metrics_to_tensorboard(tmp_path, capsys):
     from fedretain.cli import main
     from fedretain.files import read_jsonl

@@ -205,6 +205,22 @@ def test_models_at_chance_decide_nothing():
     assert one(Claim("A above B", higher("s", "A", "B")), plan, finals).verdict == "held"
 
 
+def test_the_results_name_every_method_at_chance_on_any_seed_whether_a_claim_reads_it_or_not():
+    from fedretain.experiments.reproduce.report import chance_notes
+
+    plan = plan_of(["A", "B", "C"])  # no claim at all
+    finals = {
+        ("s", "A"): [0.6, 0.61, 0.62],  # learned
+        ("s", "B"): [0.10, 0.11, 0.12],  # at chance on every seed
+        ("s", "C"): [0.6, 0.14, None],  # at chance on one seed, one diverged
+    }
+    notes = " ".join(chance_notes(plan, results_of(plan, finals)))
+    assert "B (3 of 3 seeds); C (1 of 2 seeds)" in notes and "A (" not in notes
+    assert f"at most {chance_line(0.1):.3f}" in notes
+    finals[("s", "B")] = finals[("s", "C")] = [0.6, 0.6, 0.6]
+    assert chance_notes(plan, results_of(plan, finals)) == []
+
+
 def test_with_two_classes_the_papers_weak_binary_models_are_at_chance_and_the_better_not():
     plan = plan_of(["A", "B"])
     plan.chance = 0.5  # FedReg's COVID-19 CT images: 0.511 to 0.673 in its Table 3

@@ -16,7 +16,7 @@ from typing import Any
 
 from fedretain.data.fetch import SOURCES
 from fedretain.experiments.presets import Plan, slug
-from fedretain.experiments.reproduce.claims import claims_section
+from fedretain.experiments.reproduce.claims import chance_line, claims_section
 from fedretain.experiments.reproduce.figures import curves_figure, extra_plots, sweep_section
 from fedretain.experiments.reproduce.jobs import (
     Section,
@@ -237,6 +237,7 @@ def results_tables(plan: Plan, results: Results, folder: Path) -> list[str]:
             methods = round_lines(plan, results, setting)
             lines += curves_figure(results, setting, methods, "round", path, alt)
     lines += target_notes(plan)
+    lines += chance_notes(plan, results)
     lines += metric_notes(plan, results)
     lines += [line for note in plan.notes for line in (note, "")]
     if plan.reference and any(m.startswith("R_") for m in plan.metrics):
@@ -283,6 +284,28 @@ def setting_table(plan: Plan, results: Results, setting: str) -> list[str]:
             ]
         )
     return table(head, rows)
+
+
+def chance_notes(plan: Plan, results: Results) -> list[str]:
+    """The methods whose final accuracy is at chance on some seed, in any setting, whether a
+    claim reads them or not: their numbers in the tables above measure nothing learnt."""
+    line = chance_line(plan.chance)
+    found = []
+    for setting in plan.settings():
+        for method in plan.methods(setting):
+            finals = [v for v in results.per_seed(setting, method, "final") if v is not None]
+            low = [v for v in finals if v <= line]
+            if low:
+                where = f"{setting}: " if len(plan.settings()) > 1 else ""
+                found.append(f"{where}{method} ({len(low)} of {len(finals)} seeds)")
+    if not found:
+        return []
+    return [
+        f"At chance (a final accuracy of at most {line:.3f}, against {plan.chance:g} for a "
+        f"guess): {'; '.join(found)}. Their other numbers measure nothing learnt, and a claim "
+        "that compares only such models is undecided.",
+        "",
+    ]
 
 
 def metric_notes(plan: Plan, results: Results) -> list[str]:

@@ -83,9 +83,10 @@ def build(model_name: str, shape: tuple[int, ...]) -> nn.Module:
 def profile_table(model_name: str, shape: tuple[int, ...], clients: int) -> list[tuple]:
     """(group, self CPU ms, share) over the local training of ``clients`` clients."""
     from fedretain.algorithms import build_algorithm
+    from fedretain.core.client import Clients, LocalSpec
     from fedretain.core.task import Task
     from fedretain.data.base import Dataset
-    from fedretain.engines.round import Clients, LocalSpec, Rounds
+    from fedretain.engines.round import Rounds
     from fedretain.engines.sequential import SequentialEngine
     from fedretain.losses import get_loss
 

@@ -127,9 +127,10 @@ def run_engine(
     """Times of the warm-up round (set-up included) and then ``rounds`` rounds."""
     t_setup = time.perf_counter()
     from fedretain.algorithms import build_algorithm
+    from fedretain.core.client import Clients, LocalSpec
     from fedretain.core.task import Task
     from fedretain.data.base import Dataset
-    from fedretain.engines.round import Clients, LocalSpec, Rounds
+    from fedretain.engines.round import Rounds
     from fedretain.engines.sequential import SequentialEngine
     from fedretain.engines.vmap import VmapEngine
     from fedretain.losses import get_loss
@@ -158,7 +159,7 @@ def run_engine(
 
 def run_loop(model_name: str, rounds: int, channels_last: bool = False) -> list[float]:
     t_setup = time.perf_counter()
-    from fedretain.engines.schedule import batch_plan
+    from fedretain.core.client import batch_plan
     from fedretain.models import build_model
 
     x, y = make_data()

@@ -10,7 +10,7 @@ lr 0.1, γ 0.4, η_s 0.2, η_p 0.002, E = 10; one client per entry of ``--sample
 Variants, timed interleaved (every repeat runs each client under each variant, rotating which
 variant goes first), so machine drift hits them alike; compare numbers within one run only:
 ``fedavg``, ``fedreg`` and ``fedreg-mg``, each the registered algorithm's local stage
-(``fedretain.engines.round.train_client``). FedReg generates the pseudo and perturbed copies of the
+(``fedretain.core.client.train_client``). FedReg generates the pseudo and perturbed copies of the
 client's data once, in ``local_init`` (E = 10 sign steps over 2n samples), then takes three
 gradients per local step (four with MG) where FedAvg takes one.
 
@@ -31,10 +31,10 @@ import torch
 
 from fedretain.algorithms import build_algorithm
 from fedretain.core.algorithm import RoundInfo
+from fedretain.core.client import Clients, LocalSpec, train_client
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree
 from fedretain.data.base import Dataset
-from fedretain.engines.round import Clients, LocalSpec, train_client
 from fedretain.losses import get_loss
 from fedretain.models import build_model
 

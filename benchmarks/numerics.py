@@ -73,7 +73,7 @@ def configs() -> dict[str, list[str]]:
 def run(folder: Path, like: Path | None) -> None:
     import torch
 
-    from fedretain.engines.round import DivergenceError
+    from fedretain.errors import DivergenceError
     from fedretain.experiments.run import run_experiment
     from fedretain.recipe.config import load_config
 

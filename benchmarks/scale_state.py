@@ -45,10 +45,11 @@ def run(
 ) -> dict:
     """Run the scale check; returns the measured numbers (see the module docstring)."""
     from fedretain.algorithms import build_algorithm
+    from fedretain.core.client import Clients, LocalSpec
     from fedretain.core.task import Task
     from fedretain.core.tree import tree_numel
     from fedretain.data.base import Dataset
-    from fedretain.engines.round import Clients, LocalSpec, Rounds
+    from fedretain.engines.round import Rounds
     from fedretain.engines.sequential import SequentialEngine
     from fedretain.engines.store import make_store
     from fedretain.losses import get_loss

@@ -616,6 +616,8 @@ def dispatch(args: argparse.Namespace) -> int:
         return args.fn(args)
     except FedRetainError as e:
         print(f"error: {e}", file=sys.stderr)
+        for note in getattr(e, "__notes__", ()):  # engine=debug: where it arose
+            print(f"  {note}", file=sys.stderr)
         return 2
     except OSError as e:  # a file or folder that cannot be read or written
         print(f"error: {os_error_message(e, action='cannot use')}", file=sys.stderr)

@@ -34,6 +34,10 @@ class OutputError(FedRetainError):
     """A results file or folder cannot be written: full disk, no permission, a file in the way."""
 
 
+class DivergenceError(FedRetainError):
+    """NaN or Inf appeared in a client's update or in the global model."""
+
+
 # errno -> what the user can do about it
 _FIXES = {
     errno.ENOSPC: "free some space, or choose a folder on another disk",

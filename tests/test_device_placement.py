@@ -29,7 +29,7 @@ ROOT = Path(fedretain.__file__).parent
 
 # module (relative to fedretain/) -> why it places tensors on a named device
 ALLOWED = {
-    "engines/round.py": "`Clients`' default device (CPU), for clients built without a run's",
+    "core/client.py": "`Clients`' default device (CPU), for clients built without a run's",
     "engines/store.py": "the client store's host copies: CPU until the engine names its device; "
     "the disk store writes CPU tensors",
     "experiments/checkpoint.py": "checkpoints are written from CPU copies (safetensors)",

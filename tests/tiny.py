@@ -19,9 +19,10 @@ import torch
 from torch import Tensor, nn
 
 from fedretain.core.algorithm import Algorithm, RoundInfo
+from fedretain.core.client import Clients, LocalSpec, train_client
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset
-from fedretain.engines.round import Clients, LocalSpec, Rounds, train_client
+from fedretain.engines.round import Rounds
 from fedretain.engines.sequential import SequentialEngine
 
 

@@ -27,7 +27,7 @@ something "from the client's last task" detects a boundary in ``local_init`` fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -137,6 +137,15 @@ class ContinualData:
     def task(self) -> int:
         """The current task of the clients' data."""
         return self.data.task
+
+    @property
+    def rounds_per_task(self) -> int:
+        return self.scenario.rounds_per_task
+
+    def clients_for_round(self, clients: Any, rnd: int) -> Any:
+        """``clients`` (:class:`~fedretain.core.client.Clients`) holding round ``rnd``'s
+        task's parts."""
+        return replace(clients, parts=self.parts_for_round(rnd))
 
     def parts_for_round(self, rnd: int) -> list[np.ndarray]:
         """The clients' parts of round ``rnd``'s task (moving the data forward to it). A round

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedretain.engines.auto import auto_engine
-from fedretain.engines.sequential import SequentialEngine
+from fedretain.engines.sequential import DebugEngine, SequentialEngine
 from fedretain.engines.vmap import vmap_engine
 from fedretain.registry import Registry
 
@@ -38,6 +38,20 @@ ENGINES.add(
     "sequential",
     sequential,
     "one client after another: the reference (workers: clients trained at a time on threads)",
+)
+
+
+def debug(fed: Any) -> DebugEngine:
+    """``engine=debug``: the sequential engine with every error located (round, client,
+    stage) and a stop at the first NaN or Inf a client's stage gives."""
+    return DebugEngine()
+
+
+ENGINES.add(
+    "debug",
+    debug,
+    "sequential, each error noted with its round, client and stage (local_step 3 of 40), "
+    "stopped at the first NaN/Inf a stage gives, naming its key",
 )
 ENGINES.add(
     "vmap", vmap_engine, "clients trained together under torch.func.vmap (chunk, compile, devices)"

@@ -1,9 +1,7 @@
 """One round, written once: open it, let an engine train the round's clients, close it.
 
-- :func:`train_client` is one client's local training, a pure function of (downlink, client
-  state, client data, mini-batch plan, round info). The sequential engine, the Flower
-  ClientApp and the forgetting diagnostics' reference call it; the vectorised engine runs the
-  same algorithm functions under ``vmap``.
+- The client's side (who the clients are, one client's local training, the client-state
+  rules) is :mod:`fedretain.core.client`, below the engines.
 - :class:`Rounds` opens a round (sampling, broadcast, downlink check), collects what the engine
   returns (uplink check, finiteness and the divergence policy, ledger, client-state store,
   uplinks stacked in the round's order) and closes it (``algorithm.aggregate``). An engine is
@@ -22,142 +20,23 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import Algorithm, RoundInfo
+from fedretain.core.client import (
+    Clients,
+    ClientUpdate,
+    client_state,
+    diverged,
+    keeps_old_state,
+    local_model,
+)
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, finite_rows, leaves, tree_allfinite, tree_map
-from fedretain.data.base import Dataset, as_input
 from fedretain.engines.ledger import Ledger
-from fedretain.engines.schedule import batch_plan, sample_clients
+from fedretain.engines.schedule import sample_clients
 from fedretain.engines.store import ClientStore, MemoryStore
-from fedretain.errors import FedRetainError
+from fedretain.errors import DivergenceError, FedRetainError
 
 log = logging.getLogger("fedretain")
-CPU = torch.device("cpu")
-
-
-class DivergenceError(FedRetainError):
-    """NaN or Inf appeared in a client's update or in the global model."""
-
-
-def diverged(rnd: int, where: str) -> DivergenceError:
-    """The error for NaN/Inf found in ``where`` during round ``rnd`` (0-based)."""
-    hint = " (or on_divergence=skip to drop such updates)" if "client" in where else ""
-    return DivergenceError(
-        f"training diverged in round {rnd + 1}: NaN or Inf in {where}; "
-        f"lower lr (or lr_schedule; server_opt.lr with a server optimizer), or check the data{hint}"
-    )
-
-
-@dataclass(frozen=True)
-class LocalSpec:
-    """How each client trains in a round."""
-
-    batch_size: int
-    epochs: int = 1
-    steps: int = 0  # > 0: exactly this many mini-batches instead of epochs
-
-
-@dataclass(frozen=True)
-class Clients:
-    """The federation's clients: each one's training samples (indices into ``dataset``), how
-    they train, the run's seed and the device their data goes to."""
-
-    dataset: Dataset
-    parts: list[np.ndarray]
-    local: LocalSpec
-    seed: int = 0
-    device: torch.device = CPU
-    dtype: torch.dtype = torch.float32  # of the batches' inputs: float64 in precision=fp64
-
-    def __len__(self) -> int:
-        return len(self.parts)
-
-    def size(self, cid: int) -> int:
-        return len(self.parts[cid])
-
-    def data(self, cid: int) -> Batch:
-        """The client's whole training data as one batch on the device."""
-        idx = torch.from_numpy(self.parts[cid])
-        y = self.dataset.y_train[idx].to(self.device)
-        label_mask = torch.zeros(self.dataset.num_classes, dtype=torch.bool, device=self.device)
-        if y.dtype.is_floating_point:  # regression targets: no label set
-            label_mask[:] = True
-        else:
-            label_mask[y] = True
-        return {
-            "x": as_input(self.dataset.x_train[idx].to(self.device), self.dtype),
-            "y": y,
-            "w": torch.ones(len(idx), device=self.device),
-            "label_mask": label_mask,
-        }
-
-    def plan(self, cid: int, info: RoundInfo, algorithm: Algorithm) -> list[np.ndarray]:
-        """The client's seeded mini-batch indices for this round (the same on every engine)."""
-        return batch_plan(
-            self.size(cid),
-            self.local.batch_size,
-            self.seed,
-            info.round,
-            cid,
-            epochs=self.local.epochs,
-            steps=self.local.steps,
-            full_batch=algorithm.schedule == "full_batch",
-        )
-
-
-class ClientUpdate(NamedTuple):
-    """One client's round: what it sends, the state it keeps, its mean loss, its last step
-    state (the trained local model is ``final["params"]``, ``final["buffers"]``)."""
-
-    uplink: Tree
-    state: Tree
-    loss: Tensor
-    final: Tree
-
-
-def train_client(
-    algorithm: Algorithm,
-    task: Task,
-    downlink: Tree,
-    client_state: Tree,
-    data: Batch,
-    plan: list[np.ndarray],
-    info: RoundInfo,
-    cid: int,
-) -> ClientUpdate:
-    """Local training of one client: ``local_init``, one ``local_step`` per mini-batch of
-    ``plan``, ``local_final``. Pure: nothing outside its arguments is read or changed."""
-    ctx = ClientContext(task=task, info=info, client_id=cid, num_samples=len(data["y"]), data=data)
-    device = data["y"].device
-    draws = local_draws(algorithm, downlink, client_state, ctx, plan, device)
-    state = algorithm.local_init(downlink, client_state, ctx)
-    losses = []
-    for t, idx in enumerate(plan):
-        i = torch.from_numpy(idx).to(device)
-        batch = {"x": data["x"][i], "y": data["y"][i], "w": data["w"][i], "idx": i}
-        batch["label_mask"] = data["label_mask"]
-        if draws is not None:
-            batch["draws"] = tree_map(lambda v, t=t, n=idx.size: v[t, :n], draws)
-        state, metrics = algorithm.local_step(state, batch, ctx)
-        losses.append(metrics["loss"])
-    uplink, new_state = algorithm.local_final(state, client_state, ctx)
-    return ClientUpdate(uplink, new_state, torch.stack(losses).mean(), state)
-
-
-def local_draws(
-    algorithm: Algorithm,
-    downlink: Tree,
-    client_state: Tree,
-    ctx: ClientContext,
-    plan: list[np.ndarray],
-    device: torch.device,
-) -> Tree | None:
-    """The random numbers of a client's local steps (``Algorithm.local_draws``) on ``device``,
-    one row per step of ``plan``; None for an algorithm that draws none."""
-    if algorithm.local_draws is None:
-        return None
-    draws = algorithm.local_draws(downlink, client_state, ctx, [len(b) for b in plan])
-    return tree_map(lambda v: v.to(device), draws)
 
 
 class Dropped(NamedTuple):
@@ -246,18 +125,6 @@ def stored_state(store: ClientStore, cid: int) -> Tree | None:
     return None
 
 
-def client_state(algorithm: Algorithm, stored: Tree | None, downlink: Tree) -> Tree:
-    """The state a client trains from: the one it kept, or ``client_init`` at its first
-    participation (the rule of every engine and of Flower's ClientApp)."""
-    return stored if stored else algorithm.client_init(downlink["x"])
-
-
-def keeps_old_state(new_state: Tree) -> bool:
-    """Whether a client keeps its old state after a round: when the algorithm returns an
-    empty new one (the rule of every engine and of Flower's ClientApp)."""
-    return not new_state
-
-
 @dataclass
 class Work:
     """A round's clients as an engine gets them (the shape of fedjax's ``for_each_client``):
@@ -266,7 +133,8 @@ class Work:
 
     An engine turns the work into :class:`Trained` results covering the clients in their
     order; it reads nothing else of the run and writes nothing back: the round does that
-    (:meth:`Rounds.collect`), filling ``kept`` with the clients whose update it kept."""
+    (:meth:`Rounds.collect`), and tells a remote engine which updates it kept
+    (:meth:`Engine.commit`)."""
 
     algorithm: Algorithm
     task: Task
@@ -275,7 +143,6 @@ class Work:
     clients: Clients
     store: ClientStore  # the clients' kept states, read here only
     keep_models: bool = False
-    kept: list[int] = field(default_factory=list)
 
     def state(self, cid: int) -> Tree:
         """Client ``cid``'s state to train from (:func:`client_state`)."""
@@ -293,6 +160,7 @@ class OpenRound:
 
     work: Work
     stack: UplinkStack
+    kept: list[int] = field(default_factory=list)  # the clients whose update the round kept
     losses: list[float] = field(default_factory=list)
     lost: int = 0
     models: dict[int, tuple[Tree, Tree]] = field(default_factory=dict)
@@ -305,21 +173,23 @@ class OpenRound:
     def downlink(self) -> Tree:
         return self.work.downlink
 
-    @property
-    def kept(self) -> list[int]:
-        return self.work.kept
-
 
 class Engine(Protocol):
     """How a round's clients are trained: ``train(work)`` yields :class:`Trained` results
     covering the clients of :class:`Work`, in the round's order. An engine may bring its own
-    client store (``store``, Flower's remote one) and may lose replies (``remote``)."""
+    client store (``store``, Flower's remote one) and may lose replies (``remote``). A remote
+    engine's clients keep their own states: after the round has collected each result, it
+    tells the engine which of those clients' updates it kept (``commit``), whose clients then
+    keep their new state; a local engine is never told (the round's store has them)."""
 
     name: str
     store: ClientStore | None
     remote: bool
 
     def train(self, work: Work) -> Iterator[Trained]: ...
+
+    def commit(self, work: Work, trained: Trained, kept: list[int]) -> None:
+        """A remote engine: of ``trained``'s clients, the round kept the updates of ``kept``."""
 
     def close(self) -> None:
         """Release what the engine started (Flower's simulation); the run calls it at its end."""
@@ -347,8 +217,8 @@ class Rounds:
         self.algorithm = algorithm
         self.task = task
         self.clients = clients
-        # the clients of a round, where they change with it (a continual scenario's task)
-        self.clients_at = clients_at
+        # the clients of round r (a continual scenario's task parts); by default the same ones
+        self.clients_at = clients_at or (lambda rnd: self.clients)
         self.engine = engine
         # a store is a Mapping: an empty one is falsy, so test for None
         own = engine.store if engine.store is not None else store
@@ -384,7 +254,9 @@ class Rounds:
         if opened is None:  # nobody reachable: the global model stays
             return server_state, self.empty_metrics()
         for trained in self.engine.train(opened.work):
-            self.collect(opened, trained)
+            kept = self.collect(opened, trained)
+            if self.engine.remote:
+                self.engine.commit(opened.work, trained, kept)
         return self.close(server_state, opened)
 
     def empty_metrics(self) -> dict[str, float]:
@@ -400,8 +272,7 @@ class Rounds:
     ) -> OpenRound | None:
         """Sample (unless ``clients`` are given) and broadcast; None when nobody takes part."""
         self.local_models = {}
-        if self.clients_at is not None:
-            self.clients = self.clients_at(rnd)
+        self.clients = self.clients_at(rnd)
         if clients is None:
             clients = sample_clients(self.num_clients, per_round, self.clients.seed, rnd)
         if len(clients) == 0:
@@ -426,8 +297,9 @@ class Rounds:
         )
         return OpenRound(work, UplinkStack(len(info.clients)))
 
-    def collect(self, rnd: OpenRound, trained: Trained) -> None:
-        """Account for one engine result: ledger, divergence policy, store, stack."""
+    def collect(self, rnd: OpenRound, trained: Trained) -> list[int]:
+        """Account for one engine result: ledger, divergence policy, store, stack; returns the
+        clients of ``trained`` whose update the round kept."""
         info, algo = rnd.info, self.algorithm
         dropped = trained.dropped
         for cid in [*trained.clients, *(c for c, d in dropped.items() if d.got_downlink)]:
@@ -441,7 +313,7 @@ class Rounds:
             if d.kind == "diverged" and self.on_divergence != "skip":
                 raise DivergenceError(d.why)
         if not trained.clients:
-            return
+            return []
         assert trained.uplinks is not None and trained.losses is not None
         self.check_payload(trained.uplinks, algo.uplink_keys, "uplink")
         # one finiteness check and one host transfer per result, not per client
@@ -471,6 +343,7 @@ class Rounds:
             rnd.losses.append(losses[k])
         if rows:
             rnd.stack.add(trained.uplinks, rows)
+        return [trained.clients[k] for k in rows]
 
     def close(self, server_state: Tree, rnd: OpenRound) -> tuple[Tree, dict[str, float]]:
         """Aggregate the kept clients' stacked uplinks (in the round's order) into the server."""
@@ -492,7 +365,12 @@ class Rounds:
             dtype=leaves(server_state["x"])[0].dtype,
             device=self.device,
         )
-        server_state, agg = self.algorithm.aggregate(server_state, stacked, weights, info)
+        try:
+            server_state, agg = self.algorithm.aggregate(server_state, stacked, weights, info)
+        except Exception as e:
+            if getattr(self.engine, "debug", False):
+                e.add_note(f"engine=debug: round {info.round + 1}, the server's aggregate")
+            raise
         if not tree_allfinite(server_state["x"]):
             raise diverged(info.round, "the global model after aggregation")
         metrics["train_loss"] = float(np.mean(rnd.losses))
@@ -506,25 +384,13 @@ class Rounds:
             )
 
 
-def local_model(final: Tree) -> Tree | None:
-    """The trained local model (``params``, ``buffers``) of a final step state, if it has one."""
-    if "params" not in final:
-        return None
-    return {"params": final["params"], "buffers": final.get("buffers", {})}
-
-
 __all__ = [
     "EMPTY_ROUND",
-    "ClientUpdate",
-    "Clients",
-    "DivergenceError",
+    "Dropped",
     "Engine",
-    "LocalSpec",
     "OpenRound",
     "Rounds",
     "Trained",
     "UplinkStack",
-    "diverged",
-    "local_model",
-    "train_client",
+    "Work",
 ]

@@ -1,6 +1,6 @@
 """The sequential engine: the reference, one client after another, as plain as a loop can be.
 
-Each client of the round trains with :func:`~fedretain.engines.round.train_client` on its own
+Each client of the round trains with :func:`~fedretain.core.client.train_client` on its own
 seeded mini-batches; :class:`~fedretain.engines.round.Rounds` does the rest of the round.
 
 With ``workers=N > 1`` (``engine.workers``), N clients train at a time on N Python threads,
@@ -28,7 +28,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from fedretain.engines.round import ClientUpdate, Trained, Work, train_client
+from fedretain.core.client import ClientUpdate, train_client
+from fedretain.engines.round import Trained, Work
 from fedretain.errors import ConfigError
 
 
@@ -50,13 +51,21 @@ class SequentialEngine:
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()  # each worker thread's copy of the task
 
+    debug = False  # engine=debug: errors located, NaN/Inf stopped where they arise
+
     def train(self, work: Work) -> Iterator[Trained]:
         if self.workers > 1:
             yield from self._train_on_threads(work)
             return
         for cid in work.info.clients:
             update = train_client(
-                work.algorithm, work.task, work.downlink, *work.inputs(cid), work.info, cid
+                work.algorithm,
+                work.task,
+                work.downlink,
+                *work.inputs(cid),
+                work.info,
+                cid,
+                debug=self.debug,
             )
             yield Trained.one(cid, update, work.keep_models)
 
@@ -105,3 +114,17 @@ class SequentialEngine:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+class DebugEngine(SequentialEngine):
+    """``engine=debug``: the sequential engine, one client at a time on one thread, where an
+    error raised in a client's training or in the server's aggregation carries a note naming
+    the round, the client and the stage (``local_init``, ``local_step 3 of 40``,
+    ``local_final``), and the first NaN or Inf a stage gives stops the run naming the stage
+    and the value's key. Its numbers are the sequential engine's (a run that meets no NaN)."""
+
+    name = "debug"
+    debug = True
+
+    def __init__(self) -> None:
+        super().__init__(workers=1)

@@ -83,9 +83,10 @@ from torch.func import vmap
 from torch.nn.utils.rnn import pad_sequence
 
 from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.client import Clients, local_model
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, tree_map, tree_stack
-from fedretain.engines.round import Clients, Trained, Work, local_model
+from fedretain.engines.round import Trained, Work
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.errors import ConfigError
 

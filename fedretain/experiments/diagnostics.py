@@ -17,8 +17,8 @@ import torch
 
 from fedretain.algorithms.fedreg import pseudo_data
 from fedretain.core.algorithm import RoundInfo
+from fedretain.core.client import train_client
 from fedretain.core.tree import Tree
-from fedretain.engines.round import train_client
 from fedretain.errors import ConfigError, unknown_choice
 from fedretain.experiments.observers import BaseObserver, Record, RoundResult
 from fedretain.files import read_jsonl, write_jsonl

@@ -1,6 +1,30 @@
 """A run's results folder: what a run writes there, by name, and whether a new run may take
 the folder (:func:`check_out`) and empty it (:func:`clear_out`): ``--overwrite`` removes only a
-run's own files, never a file of the user's."""
+run's own files, never a file of the user's.
+
+The folder, the results contract that later tools (``compare``, the reports, ``--resume``)
+read:
+
+- ``config.toml``: the fully resolved configuration;
+- ``metrics.jsonl``: one JSON object per evaluated round (``round``, ``test_accuracy``,
+  ``test_loss``, ``train_loss``, ``lr``, cumulative ``bytes_up``/``bytes_down``, ``seconds``
+  of wall time and, on engines that can lose replies, ``lost_replies``; with ``privacy=``,
+  ``epsilon`` and ``delta``; in a continual scenario, the round's ``task`` and the accuracy on
+  the classes seen so far); round 0 is the initial model;
+- ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
+  ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
+- ``accuracy.png``: the accuracy curve;
+- ``checkpoint/``: the state to continue from (every ``checkpoint_every`` rounds, at the end,
+  and when a run stops between rounds: Ctrl-C, a full disk); the last two are kept, and a
+  resumed run falls back to the earlier one when the latest cannot be read.
+
+Every file is written atomically, with the mode the umask implies. JSON files are strict
+JSON: a non-finite float (a diverged run's loss) is the string ``"NaN"``, ``"Infinity"`` or
+``"-Infinity"``; :func:`fedretain.files.read_json` and :func:`~fedretain.files.read_jsonl`
+read them back as floats. Each diagnostic and tracker adds the files its registry line
+names (``files=``: ``forgetting.jsonl``, ``tensorboard/``...), and a continual run
+``continual.jsonl`` and its plots. The run (:mod:`fedretain.experiments.run`) writes them.
+"""
 
 from __future__ import annotations
 

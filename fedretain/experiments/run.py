@@ -1,26 +1,10 @@
 """Run one experiment from a :class:`~fedretain.recipe.config.Config` and write its results
 folder.
 
-The folder (the results contract later tools read):
-
-- ``config.toml``: the fully resolved configuration;
-- ``metrics.jsonl``: one JSON object per evaluated round (``round``, ``test_accuracy``,
-  ``test_loss``, ``train_loss``, ``lr``, cumulative ``bytes_up``/``bytes_down``, ``seconds``
-  of wall time and, on engines that can lose replies, ``lost_replies``; with ``privacy=``,
-  ``epsilon`` and ``delta``; in a continual scenario, the round's ``task`` and the accuracy on
-  the classes seen so far); round 0 is the initial model;
-- ``summary.json``: ``final_accuracy``, ``top_accuracy``, ``rounds``, ``bytes_up``,
-  ``bytes_down``, ``wall_seconds``, ``rounds_to`` (target -> first round or null), and more;
-- ``accuracy.png``: the accuracy curve;
-- ``checkpoint/``: the state to continue from (every ``checkpoint_every`` rounds, at the end,
-  and when a run stops between rounds: Ctrl-C, a full disk); the last two are kept, and a
-  resumed run falls back to the earlier one when the latest cannot be read.
-
-Every file is written atomically, with the mode the umask implies. JSON files are strict
-JSON: a non-finite float (a diverged run's loss) is the string ``"NaN"``, ``"Infinity"`` or
-``"-Infinity"``; :func:`fedretain.files.read_json` and :func:`~fedretain.files.read_jsonl`
-read them back as floats. :func:`run_experiment` is the whole run; :class:`Run` holds its
-parts; :func:`check_out` keeps a new run from mixing with an old one's files.
+The folder it writes, file by file, is the results contract of
+:mod:`fedretain.experiments.outputs` (with :func:`~fedretain.experiments.outputs.check_out`,
+which keeps a new run from mixing with an old one's files). :func:`run_experiment` is the
+whole run; :class:`Run` holds its parts.
 
 Whatever follows a run besides training (a continual scenario's recorder, the privacy
 accountant, the diagnostics, the tracker, the progress bar) is one of its observers
@@ -45,8 +29,8 @@ import torch
 
 import fedretain.experiments.components  # noqa: F401  (registers what kind() reads below)
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
-from fedretain.engines.round import DivergenceError, Rounds
-from fedretain.errors import ConfigError
+from fedretain.engines.round import Rounds
+from fedretain.errors import ConfigError, DivergenceError
 from fedretain.experiments.checkpoint import (
     Checkpoint,
     fingerprint,

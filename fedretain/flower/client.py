@@ -7,7 +7,7 @@ sets it, a SuperNode gets it from ``--node-config "partition-id=0 num-partitions
 optional ``data-dir`` overrides the config's ``data_dir`` on that node), rebuilds the
 federation from the configuration exactly as a run does
 (:func:`~fedretain.recipe.federation.build_federation`, cached per process), and trains with
-:func:`~fedretain.engines.round.train_client` (same seeded mini-batches, same code), so a
+:func:`~fedretain.core.client.train_client` (same seeded mini-batches, same code), so a
 client's update is the one the sequential engine computes. It trains on the CPU, or on CUDA
 with ``engine.client_gpus > 0`` (:func:`~fedretain.flower.options.client_device`: the GPU Ray
 gives its actor, or its node's first), whatever the server half's ``device``.
@@ -114,8 +114,8 @@ def _train(msg: Message, context: Context) -> Message:
     import numpy as np
     import torch
 
+    from fedretain.core.client import client_state, diverged, keeps_old_state, train_client
     from fedretain.core.tree import tree_allfinite, tree_map
-    from fedretain.engines.round import client_state, diverged, keeps_old_state, train_client
     from fedretain.flower.records import (
         payload_to_records,
         record_to_tree,

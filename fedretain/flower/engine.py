@@ -26,7 +26,7 @@ CPUs and ``engine.client_gpus`` GPUs per client (with GPUs the ClientApps train 
 server half stays on the run's device: :mod:`.options`); inside
 ``with connected(federation)`` it uses the given Grid (the ServerApp of :mod:`.app` on real
 SuperNodes). :class:`~fedretain.flower.strategy.AlgorithmStrategy` drives the same messages
-from Flower's own loop (:meth:`messages`, :meth:`decode`, :meth:`accept`).
+from Flower's own loop (:meth:`messages`, :meth:`decode`, :meth:`commit`).
 """
 
 from __future__ import annotations
@@ -142,6 +142,7 @@ class FlowerEngine:
         self.store = RemoteStore(self)
         self.store.device = device
         self.accepted: dict[int, int] = {}  # client -> round of its last accepted reply
+        self.sent: Sent | None = None  # the messages of the round in flight
         self.federation = federation or current_federation()
         if self.federation is None:  # an own simulation: Ray would wait forever for GPUs
             check_gpus(self.client_gpus)
@@ -208,9 +209,7 @@ class FlowerEngine:
         federation = self.connect()
         sent = self.messages(work, federation.client_threads)
         replies = exchange(federation.grid, sent.messages, self.reply_timeout)
-        trained = self.decode(sent, replies)
-        yield trained
-        self.accept(sent, trained)  # Rounds.collect has taken the result
+        yield self.decode(sent, replies)
 
     def messages(self, work: Work, threads: int = 0) -> Sent:
         """One ``train`` message per sampled client a SuperNode holds (nodes refreshed first)."""
@@ -219,7 +218,7 @@ class FlowerEngine:
         info = work.info
         records = payload_to_records(work.downlink)  # encoded once, shared by every message
         nodes = self.nodes.nodes(info.clients)
-        sent = Sent(work)
+        sent = self.sent = Sent(work)
         for cid in info.clients:
             if cid not in nodes:
                 sent.unreached[cid] = "no SuperNode holds its partition"
@@ -294,15 +293,14 @@ class FlowerEngine:
             trained.losses = torch.tensor(losses, dtype=torch.float32, device=device)
         return trained
 
-    def accept(self, sent: Sent, trained: Trained) -> None:
+    def commit(self, work: Work, trained: Trained, kept: list[int]) -> None:
         """After ``Rounds.collect``: the clients whose update the round kept hold their new
         state (or none) and commit it at their next message."""
-        work = sent.round
-        kept = set(work.kept)
-        for cid in trained.clients:
-            if cid in kept:
-                self.accepted[cid] = work.info.round
-                self.store.reported(cid, sent.holds[cid])
+        sent = self.sent
+        assert sent is not None and sent.round is work, "commit() follows this round's messages"
+        for cid in kept:
+            self.accepted[cid] = work.info.round
+            self.store.reported(cid, sent.holds[cid])
         log.info(
             "round %d: %d of %d clients kept, %d replies lost",
             work.info.round + 1,

@@ -3,7 +3,7 @@
 The round is the one every engine runs (:class:`~fedretain.engines.round.Rounds`: open,
 collect, close); the messages are those of ``engine=flower``
 (:class:`~fedretain.flower.engine.FlowerEngine`: :meth:`~FlowerEngine.messages`,
-:meth:`~FlowerEngine.decode`, :meth:`~FlowerEngine.accept`). Only the loop is Flower's.
+:meth:`~FlowerEngine.decode`, :meth:`~FlowerEngine.commit`). Only the loop is Flower's.
 """
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ class AlgorithmStrategy(Strategy):
         else:
             opened, sent = pending
             trained = self.engine.decode(sent, list(replies))
-            self.rounds.collect(opened, trained)
-            self.engine.accept(sent, trained)
+            kept = self.rounds.collect(opened, trained)
+            self.engine.commit(opened.work, trained, kept)
             self.server_state, metrics = self.rounds.close(self.server_state, opened)
         self.history.append(metrics)
         return tree_to_record(self.server_state["x"]), MetricRecord(dict(metrics))

@@ -59,10 +59,10 @@ import torch
 from torch import Tensor
 
 from fedretain.core.algorithm import Algorithm, RoundInfo
+from fedretain.core.client import train_client
 from fedretain.core.task import Task
 from fedretain.core.tree import Tree, flatten, tree_map
 from fedretain.data.base import Dataset, as_float
-from fedretain.engines.round import train_client
 from fedretain.errors import ConfigError, unknown_choice
 from fedretain.losses.ce import ce
 from fedretain.privacy.quality import psnr, ssim
@@ -211,7 +211,7 @@ def target_update(
 ) -> Tree:
     """The update a client holding only ``(x, y)`` sends after ``steps`` local steps at ``lr``,
     each on the whole of ``(x, y)``: ``algorithm``'s own ``broadcast``, ``client_init`` and
-    :func:`~fedretain.engines.round.train_client`, then :func:`observed_update`.
+    :func:`~fedretain.core.client.train_client`, then :func:`observed_update`.
 
     ``x`` is a batch of inputs (uint8 images are scaled to [0, 1]; one image without a batch
     axis is taken with a 0-d ``y``), ``y`` their labels.

@@ -27,7 +27,7 @@ they give the same update for the same seed.
 The noise generator is seeded from (run seed, round, client id) in ``local_init`` and its
 state travels in the step state (``state["dp_rng"]``, a uint8 tensor), so ``local_step``
 stays a function of its inputs and every engine running
-:func:`~fedretain.engines.round.train_client` (sequential, Flower) draws the same noise. A
+:func:`~fedretain.core.client.train_client` (sequential, Flower) draws the same noise. A
 generator cannot be stacked under ``vmap``: the transformed algorithm is not vectorisable and
 the vmap engine falls back to the sequential one. BatchNorm mixes examples within a batch,
 which per-example clipping cannot bound: a model with BatchNorm is refused.

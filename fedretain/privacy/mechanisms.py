@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from torch import nn
 
 from fedretain.core.algorithm import Algorithm, RoundInfo
-from fedretain.engines.round import Clients
+from fedretain.core.client import Clients
 from fedretain.errors import ConfigError
 from fedretain.extras import require
 from fedretain.privacy.accounting import ClientAccountant, rdp_epsilon

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,13 @@ from fedretain.continual import zoo as _zoo  # noqa: F401  (registers model=acga
 from fedretain.continual.replay import replay_of
 from fedretain.continual.scenario import ContinualData, scenario_of
 from fedretain.core.algorithm import Algorithm
+from fedretain.core.client import Clients, LocalSpec
 from fedretain.core.optim import OPTIMIZERS, SERVER_OPTIMIZERS, Optimizer
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset
 from fedretain.data.datasets import load_dataset
 from fedretain.data.partition import make_partition, train_val_split
-from fedretain.engines.round import Clients, Engine, LocalSpec, Rounds
+from fedretain.engines.round import Engine, Rounds
 from fedretain.engines.schedule import PARTICIPATIONS, Participation
 from fedretain.engines.store import STORES, ClientStore
 from fedretain.errors import ConfigError, DataError
@@ -36,6 +37,23 @@ from fedretain.losses import get_loss
 from fedretain.models import build_model
 from fedretain.recipe.config import Config, privacy_mechanism
 from fedretain.registry import kind
+
+
+class StaticScenario:
+    """The default scenario: one task, the same clients (the partition's parts) in every
+    round. A continual one (:class:`~fedretain.continual.scenario.ContinualData`, chosen with
+    ``scenario=``) moves them through its tasks; both answer the same questions."""
+
+    rounds_per_task: int | None = None  # no tasks
+
+    def clients_for_round(self, clients: Clients, rnd: int) -> Clients:
+        return clients
+
+    def describe(self, class_names: list[str] | None = None) -> str | None:
+        return None  # no task plan to show
+
+
+Scenario = StaticScenario | ContinualData
 
 
 @dataclass(frozen=True)
@@ -50,8 +68,15 @@ class Federation:
     algorithm: Algorithm
     participation: Participation
     privacy: Any = None  # the config's privacy mechanism (fedretain.privacy.mechanisms) or None
-    # a continual scenario's task plan and data (clients hold task 0's parts), or None
-    continual: ContinualData | None = None
+    # the clients of each round: the same ones (static), or a continual scenario's task plan
+    # and data (``clients`` then hold task 0's parts)
+    scenario: Scenario = field(default_factory=StaticScenario)
+
+    @property
+    def continual(self) -> ContinualData | None:
+        """The continual scenario, for what only a continual run has (the recorder of its
+        tasks); None for a static one."""
+        return self.scenario if isinstance(self.scenario, ContinualData) else None
 
     @property
     def parts(self) -> list[np.ndarray]:
@@ -82,16 +107,13 @@ class Federation:
             engine,
             client_store(self.config, out),
             on_divergence=self.config.on_divergence,
-            clients_at=self.clients_for_round if self.continual is not None else None,
+            clients_at=self.clients_for_round,
         )
 
     def clients_for_round(self, rnd: int) -> Clients:
-        """The clients of round ``rnd``: in a continual scenario, with the parts of that round's
-        task (the data only moves forward); otherwise :attr:`clients`."""
-        if self.continual is None:
-            return self.clients
-        c = self.clients
-        return replace(c, parts=self.continual.parts_for_round(rnd))
+        """The clients of round ``rnd``, as the scenario has them: in a continual one, with
+        the parts of that round's task (the data only moves forward)."""
+        return self.scenario.clients_for_round(self.clients, rnd)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -220,20 +242,20 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         model = model.double()
     autocast = torch.bfloat16 if cfg.precision == "bf16" else None
     task = Task(model.to(device), get_loss(cfg.loss), dataset.num_classes, autocast=autocast)
-    rounds_per_task = continual.scenario.rounds_per_task if continual is not None else None
+    scenario = continual or StaticScenario()
     algorithm = build_algorithm(
         cfg.algorithm,
         opt=local_optimizer(cfg),
         **server_side(cfg),
         model=task.model,
-        rounds_per_task=rounds_per_task,
+        rounds_per_task=scenario.rounds_per_task,
         **cfg.algo,
     )
     algorithm = replay_of(
         cfg.replay,
         cfg.replay_params,
         algorithm,
-        rounds_per_task,
+        scenario.rounds_per_task,
         dataset.input_shape,
         dataset.num_classes,
     )
@@ -253,7 +275,7 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         algorithm=algorithm,
         participation=participation,
         privacy=privacy,
-        continual=continual,
+        scenario=scenario,
     )
 
 
@@ -268,8 +290,7 @@ def continual_data(cfg: Config, dataset: Dataset) -> ContinualData | None:
 def describe_task_plan(cfg: Config, dataset: Dataset) -> str | None:
     """``fedretain partition``'s text for a continual config (the task plan as a table); None
     without a scenario."""
-    continual = continual_data(cfg, dataset)
-    return None if continual is None else continual.describe()
+    return (continual_data(cfg, dataset) or StaticScenario()).describe()
 
 
 __all__ = [

@@ -12,7 +12,7 @@ import torch
 from fedretain.algorithms import build_algorithm
 from fedretain.algorithms.feddyn import dyn_penalty
 from fedretain.core.algorithm import RoundInfo
-from fedretain.engines.round import LocalSpec
+from fedretain.core.client import LocalSpec
 from fedretain.errors import ConfigError
 from tests.tiny import run_rounds, tiny_engine, w
 

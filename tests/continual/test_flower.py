@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 
-import fedretain.engines.round as round_module
+import fedretain.core.client as client_module
 from fedretain.flower import client as flower_client
 from fedretain.recipe.config import make_config
 from tests.flower.helpers import build, client_states, inline_federation, max_diff
@@ -69,14 +69,14 @@ def _run(cfg, federation=None):
 @pytest.fixture
 def continual_client_app(monkeypatch):
     """The (round, client) of every local training the ClientApp runs."""
-    original = round_module.train_client
+    original = client_module.train_client
     calls = []
 
     def train_client(algorithm, task, downlink, state, data, plan, info, cid):
         calls.append((info.round, cid))
         return original(algorithm, task, downlink, state, data, plan, info, cid)
 
-    monkeypatch.setattr(round_module, "train_client", train_client)
+    monkeypatch.setattr(client_module, "train_client", train_client)
     flower_client._FEDERATIONS.clear()
     yield calls
     flower_client._FEDERATIONS.clear()

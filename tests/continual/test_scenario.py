@@ -10,6 +10,7 @@ import torch
 
 from fedretain.cli import main
 from fedretain.continual.tasks import class_incremental_tasks, seen_classes
+from fedretain.engines.sequential import SequentialEngine
 from fedretain.errors import ConfigError
 from fedretain.experiments.run import Run, run_experiment
 from fedretain.files import read_jsonl, write_toml
@@ -80,6 +81,29 @@ def test_fixed_order_reads_from_the_command_line_and_toml(tmp_path):
         fed = build_federation(cfg)
         assert fed.continual.scenario.tasks == 3 and fed.continual.scenario.classes_per_task == 2
         assert fed.continual.plan.classes == (((4, 5), (2, 3), (0, 1)),) * 3
+
+
+def test_every_federation_has_a_scenario_and_its_rounds_take_their_clients_from_it():
+    """The round's clients come from the federation's scenario, static or continual: the
+    same clients every round, or those of the round's task; rounds_per_task and the task
+    plan's text are the scenario's (none for a static one)."""
+    static = build_federation(make_config({k: v for k, v in CI.items() if "scenario" not in k}))
+    assert static.continual is None and static.scenario.rounds_per_task is None
+    rounds = static.rounds(SequentialEngine())
+    for rnd in (0, 5):
+        assert static.clients_for_round(rnd) is static.clients
+        rounds.open(static.algorithm.server_init(*static.task.init()), rnd, 0.1, clients=[0])
+        assert rounds.clients is static.clients
+    assert static.scenario.describe() is None
+    fed = build_federation(make_config(CI))
+    per_task = fed.scenario.rounds_per_task
+    assert fed.continual is fed.scenario and per_task == CI["scenario.rounds_per_task"]
+    first, later = fed.clients_for_round(0), fed.clients_for_round(per_task)
+    assert first.parts is not later.parts
+    assert [sorted(set(fed.dataset.train_labels[p])) for p in later.parts[:1]] != [
+        sorted(set(fed.dataset.train_labels[p])) for p in first.parts[:1]
+    ]
+    assert "task" in fed.scenario.describe()
 
 
 def test_per_client_draw_stays_the_default():

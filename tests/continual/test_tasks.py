@@ -21,8 +21,8 @@ from fedretain.continual.tasks import (
     seen_classes,
     task_classes,
 )
+from fedretain.core.client import Clients, LocalSpec
 from fedretain.data.base import Dataset
-from fedretain.engines.round import Clients, LocalSpec
 from fedretain.errors import ConfigError, DataError
 
 

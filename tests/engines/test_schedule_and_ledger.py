@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from fedretain.algorithms import build_algorithm
+from fedretain.core.client import batch_plan
 from fedretain.engines.ledger import Ledger
-from fedretain.engines.schedule import batch_plan, sample_clients
+from fedretain.engines.schedule import sample_clients
 from tests.tiny import run_rounds, tiny_engine
 
 
@@ -69,7 +70,7 @@ def test_client_state_kept_only_for_participants():
 
 
 def test_divergence_is_reported_with_round_and_hint():
-    from fedretain.engines.round import DivergenceError
+    from fedretain.errors import DivergenceError
 
     with pytest.raises(DivergenceError, match=r"round 1.*lower lr"):
         run_rounds(tiny_engine(build_algorithm("fedavg"), w0=1e30), 1, lr=1e30)

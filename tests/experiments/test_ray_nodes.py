@@ -20,8 +20,7 @@ import pytest
 import torch
 
 import fedretain
-from fedretain.engines.round import DivergenceError
-from fedretain.errors import ConfigError, DataError, OutputError
+from fedretain.errors import ConfigError, DataError, DivergenceError, OutputError
 from fedretain.experiments.reproduce import RayCluster
 from fedretain.experiments.reproduce import nodes as nodes_module
 from fedretain.experiments.reproduce.cluster import ray_each

@@ -18,10 +18,10 @@ import torch
 from fedretain.algorithms import ALGORITHMS, build_algorithm, continual_only
 from fedretain.core.optim import SERVER_OPTIMIZERS
 from fedretain.data.base import Dataset
-from fedretain.engines.round import DivergenceError, Rounds
+from fedretain.engines.round import Rounds
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.engines.vmap import VmapEngine
-from fedretain.errors import ConfigError, DataError, OutputError
+from fedretain.errors import ConfigError, DataError, DivergenceError, OutputError
 from fedretain.experiments.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_json, read_jsonl

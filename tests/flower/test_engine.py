@@ -10,8 +10,7 @@ import pytest
 pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import torch
 
-from fedretain.engines.round import DivergenceError
-from fedretain.errors import ConfigError
+from fedretain.errors import ConfigError, DivergenceError
 from fedretain.experiments.checkpoint import load_checkpoint
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl

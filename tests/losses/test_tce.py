@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch.func import vmap
 
 from fedretain.algorithms import ALGORITHMS
+from fedretain.core.client import Clients, LocalSpec
 from fedretain.core.task import Task
 from fedretain.data.base import Dataset, as_float
-from fedretain.engines.round import Clients, LocalSpec, Rounds
+from fedretain.engines.round import Rounds
 from fedretain.engines.sequential import SequentialEngine
 from fedretain.experiments.run import build_rounds
 from fedretain.losses import LOSSES, get_loss

@@ -8,9 +8,9 @@ from torch import nn
 from fedretain.algorithms import build_algorithm
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import ClientContext, RoundInfo
+from fedretain.core.client import train_client
 from fedretain.core.task import Task
 from fedretain.core.tree import tree_sub
-from fedretain.engines.round import train_client
 from fedretain.engines.vmap import vectorisable
 from fedretain.errors import ConfigError
 from fedretain.losses import get_loss

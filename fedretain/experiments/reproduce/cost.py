@@ -218,17 +218,15 @@ class _Counted:
         self.state = self.fed.algorithm.server_init(*self.fed.task.init())
         # in a continual scenario from the last round of the first task: the counted rounds
         # are the second task's, where replay and distillation of the first are on
-        continual = self.fed.continual
-        self.rnd = continual.scenario.rounds_per_task - 1 if continual is not None else 0
+        self.rnd = (self.fed.scenario.rounds_per_task or 1) - 1
         self.by_round = self.rounds.clients_at
 
     def steps(self, steps: int) -> None:
         """Every later round trains ``steps`` local steps a client."""
         local = replace(self.fed.clients.local, steps=steps)
         self.rounds.clients = replace(self.rounds.clients, local=local)
-        if self.by_round is not None:  # a continual scenario's clients of each round
-            by_round = self.by_round
-            self.rounds.clients_at = lambda rnd: replace(by_round(rnd), local=local)
+        by_round = self.by_round  # the scenario's clients of each round
+        self.rounds.clients_at = lambda rnd: replace(by_round(rnd), local=local)
 
     def round(self, clients: list[int], count: bool = True) -> float:
         """The FLOPs of the next round of ``clients`` (0 when not counted)."""

@@ -25,8 +25,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from fedretain.engines.round import DivergenceError
-from fedretain.errors import ConfigError, DataError, FedRetainError
+from fedretain.errors import ConfigError, DataError, DivergenceError, FedRetainError
 from fedretain.experiments.presets import PRESETS, Data, Plan, RunSpec
 from fedretain.experiments.privacy import PrivacyStudy, Study, study_args
 from fedretain.experiments.reproduce.cluster import RayCluster, ray_each

@@ -27,11 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _conformance_cases() -> dict[str, dict]:
-    """gpu_check's conformance cases (benchmarks/gpu_check.py), by name: the registry."""
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks/gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
+    """gpu_check's conformance cases (benchmarks/gpu_parts/conformance.py), by name: the
+    registry."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        module = importlib.import_module("gpu_parts.conformance")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
     return {c.name: c.keys for c in module.conformance_cases(quick=True)}
 
 

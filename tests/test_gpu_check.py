@@ -30,6 +30,12 @@ def gpu_check():
     return module
 
 
+@pytest.fixture(scope="module")
+def part(gpu_check):
+    """A part's module (``benchmarks/gpu_parts/NAME.py``), by name."""
+    return lambda name: importlib.import_module(f"gpu_parts.{name}")
+
+
 def _rows(text: str) -> dict[tuple[str, str], list[str]]:
     """(check, engine) -> [result, detail, seconds] of the markdown table in ``text``."""
     rows = {}
@@ -89,38 +95,40 @@ def test_the_table_is_rewritten_after_every_part(gpu_check, tmp_path, capsys):
     assert "conformance: fedavg" in written and "pytest -m cuda" in written
 
 
-def test_comparison_bounds_every_number_and_the_state(gpu_check):
+def test_comparison_bounds_every_number_and_the_state(part):
+    conformance = part("conformance")
     state = {"x": {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor([3])}}
     records = [{"round": 1, "test_loss": 0.5, "test_accuracy": 0.25, "seconds": 1.0}]
     ref = {"records": records, "state": state, "summary": {}}
     close = {"x": {"w": torch.tensor([1.0, 2.0 + 2**-18]), "step": torch.tensor([3])}}
     slower = [{**records[0], "seconds": 9.0, "test_loss": 0.5 + 2e-6}]
-    ok, detail = gpu_check.compare(ref, {**ref, "state": close, "records": slower}, 1e-5, "all")
+    ok, detail = conformance.compare(ref, {**ref, "state": close, "records": slower}, 1e-5, "all")
     assert ok and "params 3.8e-06" in detail and "test_loss 2.0e-06" in detail
     off = {"x": {"w": torch.tensor([1.0, 2.1]), "step": torch.tensor([3])}}
-    ok, detail = gpu_check.compare(ref, {**ref, "state": off}, 1e-5, "all")
+    ok, detail = conformance.compare(ref, {**ref, "state": off}, 1e-5, "all")
     assert not ok and detail.startswith("over 1e-05: params at /x/w 1.0e-01")
     step = {"x": {"w": torch.tensor([1.0, 2.0]), "step": torch.tensor([4])}}
-    assert not gpu_check.compare(ref, {**ref, "state": step}, 1e-5, "all")[0]
+    assert not conformance.compare(ref, {**ref, "state": step}, 1e-5, "all")[0]
     shorter = {**ref, "records": records + records}
-    assert not gpu_check.compare(ref, shorter, 1e-5, "all")[0]
+    assert not conformance.compare(ref, shorter, 1e-5, "all")[0]
     # accounting: the losses may differ (the device's noise), the run must stay finite
     noisy = [{**records[0], "test_loss": 0.9}]
-    assert gpu_check.compare(ref, {**ref, "records": noisy}, 1e-5, "accounting")[0]
+    assert conformance.compare(ref, {**ref, "records": noisy}, 1e-5, "accounting")[0]
     diverged = [{**records[0], "test_loss": math.nan}]
-    assert not gpu_check.compare(ref, {**ref, "records": diverged}, 1e-5, "accounting")[0]
-    assert gpu_check.number_diff(math.nan, math.nan) == 0.0
-    assert gpu_check.number_diff(None, 0.0) == math.inf
+    assert not conformance.compare(ref, {**ref, "records": diverged}, 1e-5, "accounting")[0]
+    assert conformance.number_diff(math.nan, math.nan) == 0.0
+    assert conformance.number_diff(None, 0.0) == math.inf
 
 
-def test_refusals_and_fallbacks_are_found_before_running(gpu_check):
-    base = {**gpu_check.BASE, "clients_per_round": 2}
-    refused, _ = gpu_check.precheck({**base, "aggregator": "krum"})
+def test_refusals_and_fallbacks_are_found_before_running(part):
+    conformance = part("conformance")
+    base = {**conformance.BASE, "clients_per_round": 2}
+    refused, _ = conformance.precheck({**base, "aggregator": "krum"})
     assert "krum" in refused or "clients" in refused
-    assert gpu_check.precheck(dict(gpu_check.BASE)) == ("", "")
-    _, fallback = gpu_check.precheck({**gpu_check.BASE, "privacy": "dpsgd"})
+    assert conformance.precheck(dict(conformance.BASE)) == ("", "")
+    _, fallback = conformance.precheck({**conformance.BASE, "privacy": "dpsgd"})
     assert "not vectorisable" in fallback
-    names = [c.name for c in gpu_check.conformance_cases(quick=True)]
+    names = [c.name for c in conformance.conformance_cases(quick=True)]
     for name in ("fedavg", "scaffold", "server_opt=adam", "aggregator=bulyan", "privacy=dpsgd σ=0"):
         assert name in names
     assert "class_incremental fedcil" in names and "class_incremental fedlwf2t" in names
@@ -128,7 +136,7 @@ def test_refusals_and_fallbacks_are_found_before_running(gpu_check):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
-def test_the_cuda_tests_part_reads_every_kind_of_pytest_summary_line(gpu_check):
+def test_the_cuda_tests_part_reads_every_kind_of_pytest_summary_line(part):
     lines = {
         "PASSED tests/engines/test_vmap_devices.py::test_all[x]": ("PASSED", "", None),
         "FAILED tests/a.py::test_b - AssertionError: 1 != 2": ("FAILED", "", "AssertionError"),
@@ -139,7 +147,7 @@ def test_the_cuda_tests_part_reads_every_kind_of_pytest_summary_line(gpu_check):
         ),
     }
     for line, (kind, name, why) in lines.items():
-        found = gpu_check.PYTEST_LINE.match(line)
+        found = part("cuda_tests").PYTEST_LINE.match(line)
         assert found and found.group(1) == kind, line
         assert found.group(2) == (name or line.split()[1]), line
         assert (found.group(3) or None) == why or why in found.group(3), line

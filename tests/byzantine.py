@@ -4,11 +4,9 @@ Gaussian attack), and a small federation run under it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
-from fedretain.core.algorithm import Algorithm, ClientContext
+from fedretain.core.algorithm import Algorithm, ClientContext, transform
 from fedretain.core.tree import Tree, tree_map
 from fedretain.engines.round import Rounds
 from fedretain.engines.sequential import SequentialEngine
@@ -26,7 +24,7 @@ def attacked(algorithm: Algorithm, count: int = 2, scale: float = 10.0) -> Algor
             uplink = {**uplink, "y": noise}
         return uplink, new_state
 
-    return replace(algorithm, local_final=local_final, vectorisable=False)
+    return transform(algorithm, local_final=local_final, hints={"vectorisable": False})
 
 
 def accuracy_under_attack(cfg: Config, count: int = 2, scale: float = 10.0) -> list[float]:

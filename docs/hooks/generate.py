@@ -115,7 +115,7 @@ def algorithms() -> str:
         doc = sys.modules[entry.factory.__module__].__doc__ or ""
         paper, venue, arxiv = _citation(doc)
         state = sorted(algo.client_init({"w": torch.zeros(1)}))
-        supported = [e for e in engines if e != "vmap" or algo.vectorisable]
+        supported = [e for e in engines if e != "vmap" or algo.hints.vectorisable]
         arxiv_link = f"[{arxiv}](https://arxiv.org/abs/{arxiv})" if arxiv else "-"
         rows.append(
             f"| `{name}` | {paper or _cell(entry.description)} | {venue or '-'} | {arxiv_link} "

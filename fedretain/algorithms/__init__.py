@@ -31,7 +31,7 @@ from fedretain.algorithms.mimelite import mimelite
 from fedretain.algorithms.moon import moon
 from fedretain.algorithms.scaffold import scaffold
 from fedretain.algorithms.sgd import sgd
-from fedretain.core.algorithm import Algorithm
+from fedretain.core.algorithm import SUPPLIED, Algorithm
 from fedretain.core.optim import Optimizer, ServerOptimizer
 from fedretain.errors import ConfigError
 from fedretain.registry import Registry
@@ -45,7 +45,7 @@ from fedretain.registry import Registry
 # take them)
 ALGORITHMS = Registry(
     "algorithm",
-    internal=("opt", "penalty", "correct", "server_opt", "aggregator", "model", "rounds_per_task"),
+    internal=(*SUPPLIED, "rounds_per_task"),
 )
 _add = ALGORITHMS.add
 _add("sgd", sgd, "one full-batch local step per round (FedReg's reference)")

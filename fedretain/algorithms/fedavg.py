@@ -17,7 +17,7 @@ from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.server import ServerStep, mean_weights
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import Algorithm, ClientContext, Hints, RoundInfo, algorithm_factory
 from fedretain.core.local import Correct, LocalRule, Penalty, make_local_init, make_local_step
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.tree import Tree
@@ -37,6 +37,7 @@ def upload_model(state: Tree, client_state: Tree, ctx: ClientContext) -> tuple[T
     return {"y": state["params"], "buffers": state["buffers"]}, client_state
 
 
+@algorithm_factory
 def fedavg(
     *,
     weighted: bool = True,
@@ -73,6 +74,5 @@ def fedavg(
         aggregate=aggregate,
         downlink_keys=("x", "buffers"),
         uplink_keys=("y", "buffers"),
-        hparams={"weighted": weighted},
-        local_rule=rule,
+        hints=Hints(local_rule=rule),
     )

@@ -12,15 +12,14 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm
+from fedretain.core.algorithm import Algorithm, algorithm_factory, transform
 from fedretain.core.local import Penalty
 from fedretain.core.optim import Optimizer, server_sgd
 
 
+@algorithm_factory
 def fedavgm(
     *,
     beta: float = 0.9,
@@ -47,8 +46,7 @@ def fedavgm(
     algo = fedavg(
         weighted=weighted, opt=opt, penalty=penalty, server_opt=momentum, aggregator=aggregator
     )
-    return replace(
+    return transform(
         algo,
         name="fedavgm",
-        hparams={"beta": beta, "server_lr": server_lr, "nesterov": nesterov, "weighted": weighted},
     )

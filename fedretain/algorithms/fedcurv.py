@@ -46,15 +46,19 @@ with the MLP the penalty is inert below λ = 1e-2, helps most at 0.1-1 and diver
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.algorithms.server import ServerStep
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import (
+    Algorithm,
+    ClientContext,
+    RoundInfo,
+    algorithm_factory,
+    transform,
+)
 from fedretain.core.fisher import FISHER_BYTES, fisher_diag
 from fedretain.core.local import ClosedFormPenalty, make_local_init
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
@@ -88,6 +92,7 @@ def curvature_penalty(lambda_: float) -> ClosedFormPenalty:
     return ClosedFormPenalty(penalty, gradient, add_gradient)
 
 
+@algorithm_factory
 def fedcurv(
     *,
     lambda_: float = 1e-4,
@@ -165,7 +170,7 @@ def fedcurv(
         models = {"y": uplinks["y"], "buffers": uplinks["buffers"]}
         return {**step(server_state, models, weights), "U": su, "V": sv}, {}
 
-    return replace(
+    return transform(
         base,
         name="fedcurv",
         server_init=server_init,
@@ -176,13 +181,7 @@ def fedcurv(
         aggregate=aggregate,
         downlink_keys=("x", "U", "V", "buffers"),
         uplink_keys=("y", *sent, "buffers"),
-        hparams={
-            "lambda": lambda_,
-            "memory": memory,
-            "weighted": weighted,
-            "fisher_chunk": fisher_chunk,
-        },
-        reads_data_outside_step=True,  # the uplink's Fisher information, in local_final
+        hints={"reads_data_outside_step": True},  # the uplink's Fisher information, in local_final
     )
 
 

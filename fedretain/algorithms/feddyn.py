@@ -23,13 +23,17 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, the trained loca
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg, mean_weights
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import (
+    Algorithm,
+    ClientContext,
+    RoundInfo,
+    algorithm_factory,
+    transform,
+)
 from fedretain.core.local import ClosedFormPenalty, Pull
 from fedretain.core.optim import Optimizer
 from fedretain.core.tree import Tree, leaves, tree_map, tree_weighted_mean, tree_zeros_like
@@ -62,6 +66,7 @@ def dyn_penalty(alpha: float) -> ClosedFormPenalty:
     return ClosedFormPenalty(penalty, pull=Pull(alpha, anchor))
 
 
+@algorithm_factory
 def feddyn(*, alpha: float = 0.01, opt: Optimizer | None = None) -> Algorithm:
     """FedDyn with regularisation strength ``alpha`` (α).
 
@@ -100,14 +105,13 @@ def feddyn(*, alpha: float = 0.01, opt: Optimizer | None = None) -> Algorithm:
         }
         return new, {}
 
-    return replace(
+    return transform(
         base,
         name="feddyn",
         server_init=server_init,
         client_init=client_init,
         local_final=local_final,
         aggregate=aggregate,
-        hparams={"alpha": alpha},
     )
 
 

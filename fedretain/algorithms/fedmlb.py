@@ -33,7 +33,6 @@ The server takes the sample-weighted mean, as FedAvg (the reference code does th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -42,7 +41,7 @@ from torch import Tensor, nn
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm, ClientContext
+from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.local import advance
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
@@ -196,6 +195,7 @@ def mlb_loss(
     return (per_example * w).sum() / denom, ((ce_main * w).sum().detach() / denom, new_buffers)
 
 
+@algorithm_factory
 def fedmlb(
     *,
     lambda_ce: float = 1.0,
@@ -248,10 +248,9 @@ def fedmlb(
         grads, (loss, new_buffers) = task.grad_and_aux(objective, state["params"])
         return advance(opt, state, grads, new_buffers), {"loss": loss}
 
-    return replace(
+    return transform(
         base,
         name="fedmlb",
         local_init=local_init,
         local_step=local_step,
-        hparams={**weights, "weighted": weighted},
     )

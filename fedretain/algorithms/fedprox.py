@@ -8,14 +8,12 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm
+from fedretain.core.algorithm import Algorithm, algorithm_factory, transform
 from fedretain.core.local import ClosedFormPenalty, Pull
 from fedretain.core.optim import Optimizer, ServerOptimizer
 from fedretain.core.tree import Tree, leaves
@@ -35,6 +33,7 @@ def prox_penalty(mu: float) -> ClosedFormPenalty:
     return ClosedFormPenalty(penalty, pull=Pull(mu, lambda state: state["down"]["x"]))
 
 
+@algorithm_factory
 def fedprox(
     *,
     mu: float = 0.01,
@@ -53,4 +52,4 @@ def fedprox(
         raise ValueError(f"algo.mu must be >= 0, got {mu}")
     server = {"server_opt": server_opt, "aggregator": aggregator}
     algo = fedavg(weighted=weighted, opt=opt, penalty=prox_penalty(mu), **server)
-    return replace(algo, name="fedprox", hparams={"mu": mu, "weighted": weighted})
+    return transform(algo, name="fedprox")

@@ -7,15 +7,14 @@ The combination used as a baseline by GradMA (Luo et al., CVPR 2023): local loss
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavgm import fedavgm
 from fedretain.algorithms.fedprox import prox_penalty
-from fedretain.core.algorithm import Algorithm
+from fedretain.core.algorithm import Algorithm, algorithm_factory, transform
 from fedretain.core.optim import Optimizer
 
 
+@algorithm_factory
 def fedproxm(
     *,
     mu: float = 0.01,
@@ -46,4 +45,4 @@ def fedproxm(
         penalty=prox_penalty(mu),
         aggregator=aggregator,
     )
-    return replace(algo, name="fedproxm", hparams={"mu": mu, **algo.hparams})
+    return transform(algo, name="fedproxm")

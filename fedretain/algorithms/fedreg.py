@@ -54,14 +54,14 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``): Fe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm, ClientContext
+from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.local import advance
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
@@ -246,6 +246,7 @@ def regularised_step(
     return {**state, "params": theta}, {"loss": loss, "w_s": w_s, "w_p": w_p}
 
 
+@algorithm_factory
 def fedreg(
     *,
     gamma: float = 0.4,
@@ -320,22 +321,13 @@ def fedreg(
             mg=mg,
         )
 
-    algorithm = replace(
+    algorithm = transform(
         base,
         name="fedreg",
         local_init=local_init,
         local_step=local_step,
-        hparams={
-            "gamma": gamma,
-            "eta_s": eta_s,
-            "eta_p": eta_p,
-            "steps": steps,
-            "mg": mg,
-            "direction": direction,
-            "clamp": clamp,
-            "weighted": weighted,
-        },
-        reads_data_outside_step=True,  # the pseudo and perturbed data, in local_init
+        hparams={"eta_p": eta_p},  # its default derived from eta_s
+        hints={"reads_data_outside_step": True},  # the pseudo and perturbed data, in local_init
     )
     return FedReg(
         **{f.name: getattr(algorithm, f.name) for f in fields(algorithm)},

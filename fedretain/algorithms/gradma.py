@@ -37,14 +37,18 @@ tensor), ``buf`` (client id per row, −1 when empty), ``count`` (counter per ro
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg, mean_weights
 from fedretain.algorithms.qp import project_small, project_tree
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import (
+    Algorithm,
+    ClientContext,
+    RoundInfo,
+    algorithm_factory,
+    transform,
+)
 from fedretain.core.local import advance
 from fedretain.core.optim import Optimizer, sgd
 from fedretain.core.task import Batch
@@ -121,6 +125,7 @@ def _worker_step(opt: Optimizer, per_layer: bool):
     return local_step
 
 
+@algorithm_factory
 def gradma(
     *,
     variant: str = "both",
@@ -225,7 +230,7 @@ def gradma(
         return new, metrics
 
     name = {"both": "gradma", "worker": "gradma-w", "server": "gradma-s"}[variant]
-    return replace(
+    return transform(
         base,
         name=name,
         server_init=server_init,
@@ -235,18 +240,10 @@ def gradma(
         local_final=local_final,
         aggregate=aggregate,
         uplink_keys=("d", "buffers"),
-        hparams={
-            "variant": variant,
-            "beta1": beta1,
-            "beta2": beta2,
-            "server_lr": server_lr,
-            "memory": memory,
-            "per_layer": per_layer,
-            "weighted": weighted,
-        },
     )
 
 
+@algorithm_factory
 def gradma_w(
     *, per_layer: bool = False, weighted: bool = False, opt: Optimizer | None = None
 ) -> Algorithm:
@@ -260,6 +257,7 @@ def gradma_w(
     return gradma(variant="worker", per_layer=per_layer, weighted=weighted, memory=0, opt=opt)
 
 
+@algorithm_factory
 def gradma_s(
     *,
     beta1: float = 0.9,

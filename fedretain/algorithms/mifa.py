@@ -41,14 +41,13 @@ each round reads the whole table, ``O(N · |x|)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.algorithms.server import ServerStep, mean_weights
-from fedretain.core.algorithm import Algorithm, RoundInfo
+from fedretain.core.algorithm import Algorithm, RoundInfo, algorithm_factory, transform
 from fedretain.core.optim import Optimizer, server_sgd
 from fedretain.core.tree import (
     Tree,
@@ -99,6 +98,7 @@ def _device(tree: Tree) -> torch.device | None:
     return ls[0].device if ls else None
 
 
+@algorithm_factory
 def mifa(*, wait_all: bool = False, opt: Optimizer | None = None) -> Algorithm:
     """MIFA: ``x ← x + η_t (1/N) Σ_i G_i`` over the remembered ``G_i = (y_i − x)/η_t``.
 
@@ -140,15 +140,15 @@ def mifa(*, wait_all: bool = False, opt: Optimizer | None = None) -> Algorithm:
         }
         return new, {}
 
-    return replace(
+    return transform(
         fedavg(weighted=False, opt=opt),
         name="mifa",
         server_init=server_init,
         aggregate=aggregate,
-        hparams={"wait_all": wait_all},
     )
 
 
+@algorithm_factory
 def mifam(*, beta: float = 0.9, server_lr: float = 1.0, opt: Optimizer | None = None) -> Algorithm:
     """MIFA's memory with server momentum: ``m ← β m + (1/N) Σ_i d_i``, ``x ← x − η_g m``.
 
@@ -180,12 +180,11 @@ def mifam(*, beta: float = 0.9, server_lr: float = 1.0, opt: Optimizer | None = 
         }
         return new, {}
 
-    return replace(
+    return transform(
         fedavg(weighted=False, opt=opt),
         name="mifam",
         server_init=server_init,
         aggregate=aggregate,
-        hparams={"beta": beta, "server_lr": server_lr},
     )
 
 

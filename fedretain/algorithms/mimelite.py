@@ -24,19 +24,24 @@ Payloads: downlink ``x``, ``m``, ``buffers``; uplink ``y`` (the trained local pa
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.algorithms.server import ServerStep, mean_weights
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import (
+    Algorithm,
+    ClientContext,
+    RoundInfo,
+    algorithm_factory,
+    transform,
+)
 from fedretain.core.local import make_local_step
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.tree import Tree, tree_map, tree_weighted_mean, tree_zeros_like
 
 
+@algorithm_factory
 def mimelite(
     *,
     beta: float = 0.9,
@@ -85,7 +90,7 @@ def mimelite(
         m = tree_map(lambda g, m: (1.0 - beta) * g + beta * m, grad, server_state["m"])
         return {**new, "m": m}, {}
 
-    return replace(
+    return transform(
         base,
         name="mimelite",
         server_init=server_init,
@@ -95,6 +100,5 @@ def mimelite(
         aggregate=aggregate,
         downlink_keys=("x", "m", "buffers"),
         uplink_keys=("y", "grad", "buffers"),
-        hparams={"beta": beta, "weighted": weighted},
-        reads_data_outside_step=True,  # the full gradient, in local_final
+        hints={"reads_data_outside_step": True},  # the full gradient, in local_final
     )

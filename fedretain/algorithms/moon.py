@@ -31,7 +31,6 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``). Cl
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +38,7 @@ from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm, ClientContext
+from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.local import advance
 from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
 from fedretain.core.task import Batch, Task
@@ -79,6 +78,7 @@ def contrastive_loss(z: Tensor, z_glob: Tensor, z_prev: Tensor, tau: float) -> T
     return torch.logsumexp(torch.stack([pos, neg], dim=-1), dim=-1) - pos
 
 
+@algorithm_factory
 def moon(
     *,
     mu: float = 1.0,
@@ -131,14 +131,13 @@ def moon(
         uplink, _ = base.local_final(state, client_state, ctx)
         return uplink, {"prev": state["params"]}
 
-    return replace(
+    return transform(
         base,
         name="moon",
         client_init=client_init,
         local_init=local_init,
         local_step=local_step,
         local_final=local_final,
-        hparams={"mu": mu, "tau": tau, "weighted": weighted},
     )
 
 

@@ -19,12 +19,13 @@ import torch
 from torch import Tensor
 
 from fedretain.algorithms.server import ServerStep, mean_weights
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo, algorithm_factory
 from fedretain.core.local import make_local_init, make_local_step
 from fedretain.core.optim import Optimizer, server_sgd, sgd
 from fedretain.core.tree import Tree, tree_map, tree_weighted_mean, tree_zeros_like
 
 
+@algorithm_factory
 def scaffold(
     *, server_lr: float = 1.0, weighted: bool = False, opt: Optimizer | None = None
 ) -> Algorithm:
@@ -94,5 +95,4 @@ def scaffold(
         aggregate=aggregate,
         downlink_keys=("x", "c", "buffers"),
         uplink_keys=("dy", "dc", "buffers"),
-        hparams={"server_lr": server_lr, "weighted": weighted},
     )

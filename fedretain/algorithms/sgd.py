@@ -9,14 +9,13 @@ Payloads: as FedAvg (downlink ``x``, ``buffers``; uplink ``y``, ``buffers``).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm
+from fedretain.core.algorithm import Algorithm, algorithm_factory, transform
 from fedretain.core.optim import Optimizer, ServerOptimizer
 
 
+@algorithm_factory
 def sgd(
     *,
     weighted: bool = True,
@@ -30,4 +29,4 @@ def sgd(
         mean)
     """
     algo = fedavg(weighted=weighted, opt=opt, server_opt=server_opt, aggregator=aggregator)
-    return replace(algo, name="sgd", schedule="full_batch")
+    return transform(algo, name="sgd", hints={"schedule": "full_batch"})

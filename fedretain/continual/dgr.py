@@ -35,7 +35,6 @@ clients with the same mini-batch plan in one call.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -54,8 +53,7 @@ from fedretain.continual.replay import (
     task_switch,
 )
 from fedretain.continual.zoo import ACGAN, acgan_model
-from fedretain.core.algorithm import Algorithm, ClientContext
-from fedretain.core.local import advance
+from fedretain.core.algorithm import Algorithm, ClientContext, transform
 from fedretain.core.optim import adam
 from fedretain.core.task import Batch
 from fedretain.core.tree import Tree, leaves, tree_map, tree_where
@@ -82,7 +80,7 @@ def with_dgr_replay(
     :param width: channel width of each client's private ACGAN
     :param z_dim: length of that generator's noise input
     """
-    rule = algorithm.local_rule
+    rule = algorithm.hints.local_rule
     if rule is None or not algorithm.follows_local_rule():
         raise ConfigError(
             f"replay=dgr rebuilds FedAvg's local step, and {algorithm.name} has its own; "
@@ -93,9 +91,6 @@ def with_dgr_replay(
     gan_buffers0 = {k: v.detach().clone() for k, v in gan.named_buffers()}
     gan_opt = adam(beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1])
     base_init, base_final = algorithm.local_init, algorithm.local_final
-    opt, penalty, correct = rule.opt, rule.penalty, rule.correct
-    closed = getattr(penalty, "grad", None)
-    autograd_penalty = None if closed is not None else penalty
 
     def client_init(params: Tree) -> Tree:
         first = leaves(params)[0]
@@ -169,16 +164,10 @@ def with_dgr_replay(
             real = (real * w).sum() / w.sum().clamp_min(1.0)
             rep_logits, _ = ctx.task.forward(p, state["buffers"], x_r)
             total = (1 - 0.5 * h) * real + 0.5 * h * F.cross_entropy(rep_logits, y_r)
-            if autograd_penalty is not None:
-                total = total + autograd_penalty(p, state)
-            return total, (real.detach(), new_buffers)
+            return rule.penalised(total, p, state), (real.detach(), new_buffers)
 
         grads, (loss, new_buffers) = ctx.task.grad_and_aux(solver, state["params"])
-        if closed is not None:
-            grads = penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
-        if correct is not None:
-            grads = correct(grads, state)
-        new = advance(opt, state, grads, new_buffers)
+        new = rule.descend(state, grads, new_buffers)
 
         # the private GAN: ACGAN's losses on real + replayed samples
         def gan_objective(p: Tree) -> tuple[Tensor, Tree]:
@@ -220,7 +209,7 @@ def with_dgr_replay(
         }
         return uplink, new_state
 
-    return replace(
+    return transform(
         algorithm,
         name=f"{algorithm.name}+dgr",
         client_init=client_init,
@@ -228,15 +217,13 @@ def with_dgr_replay(
         local_step=local_step,
         local_final=local_final,
         local_draws=local_draws,
-        paddable=False,
         hparams={
-            **algorithm.hparams,
             "replay": "dgr",
             "replay_width": width,
             "replay_z_dim": z_dim,
             "rounds_per_task": rounds_per_task,
         },
-        local_rule=None,
+        hints={"paddable": False, "local_rule": None},  # the step is no longer the rule's
     )
 
 

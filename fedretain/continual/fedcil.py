@@ -47,7 +47,7 @@ learnt so far, a float 0/1 vector); uplink ``y``, ``buffers``, ``classes``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,7 +64,13 @@ from fedretain.continual.replay import (
     with_acgan_replay,
 )
 from fedretain.continual.zoo import ACGAN
-from fedretain.core.algorithm import Algorithm, ClientContext, RoundInfo
+from fedretain.core.algorithm import (
+    Algorithm,
+    ClientContext,
+    RoundInfo,
+    algorithm_factory,
+    transform,
+)
 from fedretain.core.optim import Optimizer, adam
 from fedretain.core.tree import Tree, leaves
 from fedretain.errors import ConfigError
@@ -189,6 +195,7 @@ def consolidate(
     return params, buffers
 
 
+@algorithm_factory
 def fedcil(
     *,
     kl_real: float = 1.0,
@@ -282,17 +289,7 @@ def fedcil(
         seen = torch.clamp(server_state["classes"] + uplinks["classes"].sum(0), max=1.0)
         return {**merged, "x": x, "buffers": buffers, "classes": seen}, metrics
 
-    hparams = {
-        "kl_real": kl_real,
-        "kl_generators": kl_generators,
-        "ce_global": ce_global,
-        "consolidation_steps": consolidation_steps,
-        "consolidation_batch": consolidation_batch,
-        "consolidation_lr": consolidation_lr,
-        "weighted": weighted,
-        "rounds_per_task": rounds_per_task,
-    }
-    return replace(
+    return transform(
         algo,
         name="fedcil",
         server_init=server_init,
@@ -301,5 +298,4 @@ def fedcil(
         aggregate=aggregate,
         downlink_keys=("x", "buffers", "classes"),
         uplink_keys=("y", "buffers", "classes"),
-        hparams=hparams,
     )

@@ -29,15 +29,12 @@ continual scenario; the method refuses to run outside one).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from fedretain.algorithms.fedavg import fedavg
-from fedretain.core.algorithm import Algorithm, ClientContext
-from fedretain.core.local import advance
+from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.optim import Optimizer
 from fedretain.core.task import Batch
 from fedretain.core.tree import Tree, leaves, tree_map, tree_where
@@ -59,6 +56,7 @@ def soft_kl(
     return (per_sample * weights).sum() / weights.sum().clamp_min(1.0)
 
 
+@algorithm_factory
 def fedlwf2t(
     *,
     alpha: float = 0.33,
@@ -82,7 +80,7 @@ def fedlwf2t(
     if not temperature > 0:
         raise ValueError(f"algo.temperature must be > 0, got {temperature}")
     base = fedavg(weighted=weighted, opt=opt)
-    rule = base.local_rule
+    rule = base.hints.local_rule
     base_init = base.local_init
 
     def client_init(params: Tree) -> Tree:
@@ -140,7 +138,7 @@ def fedlwf2t(
             return total, (loss.detach(), new_buffers)
 
         grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
-        return advance(rule.opt, state, grads, new_buffers), {"loss": loss}
+        return rule.descend(state, grads, new_buffers), {"loss": loss}
 
     def local_final(state: Tree, client_state: Tree, ctx: ClientContext) -> tuple[Tree, Tree]:
         uplink, _ = base.local_final(state, client_state, ctx)
@@ -153,19 +151,12 @@ def fedlwf2t(
         }
         return uplink, new_state
 
-    return replace(
+    return transform(
         base,
         name="fedlwf2t",
         client_init=client_init,
         local_init=local_init,
         local_step=local_step,
         local_final=local_final,
-        hparams={
-            "alpha": alpha,
-            "beta": beta,
-            "temperature": temperature,
-            "weighted": weighted,
-            "rounds_per_task": rounds_per_task,
-        },
-        local_rule=None,
+        hints={"local_rule": None},
     )

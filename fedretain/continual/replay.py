@@ -50,7 +50,6 @@ change; every client keeps its own running statistics.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -59,8 +58,8 @@ from torch import Tensor
 
 from fedretain.continual.acgan import discriminator_loss, generator_loss, to_unit
 from fedretain.continual.zoo import ACGAN
-from fedretain.core.algorithm import Algorithm, ClientContext, LocalStepFn
-from fedretain.core.local import LocalRule, advance
+from fedretain.core.algorithm import Algorithm, ClientContext, LocalStepFn, transform
+from fedretain.core.local import LocalRule
 from fedretain.core.task import Batch
 from fedretain.core.tree import Tree, leaves, tree_map, tree_where
 from fedretain.errors import ConfigError
@@ -191,9 +190,6 @@ def acgan_local_step(rule: LocalRule, consistency: Any = None) -> LocalStepFn:
     adds its consistency terms on samples of the received global generator; it reads
     ``state["down"]["x"]`` (the global model) and ``state["replay"]["available"]`` (the classes
     it samples) and ``state["replay"]["g_on"]`` (0 before the global generator was trained)."""
-    opt, penalty, correct = rule.opt, rule.penalty, rule.correct
-    closed = getattr(penalty, "grad", None)
-    autograd_penalty = None if closed is not None else penalty
 
     def local_step(state: Tree, batch: Batch, ctx: ClientContext) -> tuple[Tree, dict]:
         model: ACGAN = ctx.task.model  # type: ignore[assignment]
@@ -229,16 +225,11 @@ def acgan_local_step(rule: LocalRule, consistency: Any = None) -> LocalStepFn:
                 logits = [_discriminate(model, p, x)[1] for x in (x_gy, x_s, x_o)]
                 terms = consistency.losses(aux_real, *logits, a)
                 total = total + rep["g_on"] * consistency.weighted(terms)
-            if autograd_penalty is not None:
-                total = total + autograd_penalty(p, state)
+            total = rule.penalised(total, p, state)
             return total, (total.detach(), {**state["buffers"], **bufs})
 
         grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
-        if closed is not None:
-            grads = penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
-        if correct is not None:
-            grads = correct(grads, state)
-        return advance(opt, state, grads, new_buffers), {"loss": loss}
+        return rule.descend(state, grads, new_buffers), {"loss": loss}
 
     return local_step
 
@@ -249,7 +240,7 @@ def with_acgan_replay(
     """``algorithm`` (FedAvg's local step: fedavg, fedprox) with ACGAN generative replay;
     named ``<name>+acgan``. See the module docstring. ``consistency``: FedCIL's client side
     (:mod:`fedretain.continual.fedcil`), whose downlink also carries ``classes``."""
-    rule = algorithm.local_rule
+    rule = algorithm.hints.local_rule
     if rule is None or not algorithm.follows_local_rule():
         raise ConfigError(
             f"replay=acgan rebuilds FedAvg's local step, and {algorithm.name} has its own; "
@@ -331,7 +322,7 @@ def with_acgan_replay(
         }
         return uplink, new_state
 
-    return replace(
+    return transform(
         algorithm,
         name=f"{algorithm.name}{suffix}",
         client_init=client_init,
@@ -339,9 +330,8 @@ def with_acgan_replay(
         local_step=acgan_local_step(rule, consistency),
         local_final=local_final,
         local_draws=local_draws,
-        paddable=False,
-        hparams={**algorithm.hparams, "replay": "acgan", "rounds_per_task": rounds_per_task},
-        local_rule=None,  # the local step is no longer the rule's
+        hparams={"replay": "acgan", "rounds_per_task": rounds_per_task},
+        hints={"paddable": False, "local_rule": None},  # the step is no longer the rule's
     )
 
 

@@ -126,7 +126,7 @@ class Clients:
             cid,
             epochs=self.local.epochs,
             steps=self.local.steps,
-            full_batch=algorithm.schedule == "full_batch",
+            full_batch=algorithm.hints.schedule == "full_batch",
         )
 
 

@@ -15,6 +15,7 @@ gradients).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -119,18 +120,51 @@ Penalty = Callable[[Tree, Tree], Tensor] | ClosedFormPenalty
 @dataclass(frozen=True)
 class LocalRule:
     """How a FedAvg-style ``local_step`` was built: ``step`` is
-    :func:`fedretain.core.local.make_local_step` of ``(opt, penalty, correct)``.
+    :func:`fedretain.core.local.make_local_step` of ``(opt, penalty, correct)`` (None: a rule
+    not made into a step, whose :meth:`penalised` and :meth:`descend` another step uses).
 
-    Transformations of the local step (DP-SGD, :func:`fedretain.privacy.dpsgd.with_dpsgd`)
-    rebuild it from the rule. An algorithm made from :func:`fedretain.algorithms.fedavg.fedavg`
-    by replacing ``local_step`` with its own (FedReg, MOON, ...) inherits the rule but not its
-    step: :meth:`~fedretain.core.algorithm.Algorithm.follows_local_rule` tells the two apart.
+    The rule's chain is written once, here: an objective adds the penalty where autograd
+    differentiates it (:meth:`penalised`), and :meth:`descend` adds a closed-form penalty's
+    gradient, applies the correction and takes the optimiser's step. The default local step and
+    the replay steps (:mod:`fedretain.continual.replay`, :mod:`fedretain.continual.dgr`) each
+    give it their own objective. Transformations of the local step (DP-SGD,
+    :func:`fedretain.privacy.dpsgd.with_dpsgd`) rebuild it from the rule. An algorithm made from
+    :func:`fedretain.algorithms.fedavg.fedavg` by replacing ``local_step`` with its own (FedReg,
+    MOON, ...) inherits the rule but not its step:
+    :meth:`~fedretain.core.algorithm.Algorithm.follows_local_rule` tells the two apart.
     """
 
     opt: Optimizer
-    penalty: Penalty | None
-    correct: Correct | None
-    step: LocalStepFn
+    penalty: Penalty | None = None
+    correct: Correct | None = None
+    step: LocalStepFn | None = None
+
+    @functools.cached_property
+    def closed_form(self) -> bool:
+        """Whether the penalty's gradient is given in closed form (not autograd's)."""
+        return getattr(self.penalty, "grad", None) is not None
+
+    @functools.cached_property
+    def autograd_penalty(self) -> Penalty | None:
+        """The penalty autograd differentiates with the objective (None: none, or its
+        gradient is in closed form)."""
+        return None if self.closed_form else self.penalty
+
+    def penalised(self, total: Tensor, params: Tree, state: Tree) -> Tensor:
+        """``total`` plus the penalty where autograd differentiates it: an objective's last
+        term."""
+        penalty = self.autograd_penalty
+        return total if penalty is None else total + penalty(params, state)
+
+    def descend(self, state: Tree, grads: Tree, buffers: Tree) -> Tree:
+        """The step state after the rule's step on the objective's ``grads`` (with the penalty
+        where :meth:`penalised` added it): a closed-form penalty's gradient added, the gradient
+        passed through ``correct``, the optimiser's step (:func:`advance`)."""
+        if self.closed_form:
+            grads = self.penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
+        if self.correct is not None:
+            grads = self.correct(grads, state)
+        return advance(self.opt, state, grads, buffers)
 
 
 def make_local_init(opt: Optimizer, penalty: Penalty | None = None) -> LocalInitFn:
@@ -171,16 +205,15 @@ def make_local_step(
     gradient (autograd or closed form) is then computed apart and added to it, and ``correct``
     applies as usual.
     """
-    closed = getattr(penalty, "grad", None)
-    autograd_penalty = None if closed is not None else penalty
+    rule = LocalRule(opt, penalty, correct)
+    autograd_penalty = rule.autograd_penalty
     pull = getattr(penalty, "pull", None)
     fold = pull if pull is not None and correct is None and opt.is_plain_sgd else None
 
     def local_step(state: Tree, batch: Batch, ctx: ClientContext) -> tuple[Tree, dict]:
         def objective(p: Tree) -> tuple[Tensor, tuple[Tensor, Tree]]:
             loss, new_buffers = ctx.task.batch_loss(p, state["buffers"], batch)
-            total = loss + autograd_penalty(p, state) if autograd_penalty is not None else loss
-            return total, (loss.detach(), new_buffers)
+            return rule.penalised(loss, p, state), (loss.detach(), new_buffers)
 
         if gradient is None:
             grads, (loss, new_buffers) = ctx.task.grad_and_aux(objective, state["params"])
@@ -191,11 +224,7 @@ def make_local_step(
                 grads = tree_map(torch.add, grads, extra)
         if fold is not None:  # plain SGD with the pull folded into its update
             return advance(opt, state, grads, new_buffers, fold.sgd(state, grads)), {"loss": loss}
-        if closed is not None:
-            grads = penalty.added(grads, state["params"], state)  # type: ignore[union-attr]
-        if correct is not None:
-            grads = correct(grads, state)
-        return advance(opt, state, grads, new_buffers), {"loss": loss}
+        return rule.descend(state, grads, new_buffers), {"loss": loss}
 
     return local_step
 

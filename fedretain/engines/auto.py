@@ -80,7 +80,7 @@ def steps_per_client(fed: Any) -> np.ndarray:
     """Each client's local mini-batch steps per round."""
     cfg = fed.config
     sizes = np.array([len(p) for p in fed.clients.parts])
-    if fed.algorithm.schedule == "full_batch":
+    if fed.algorithm.hints.schedule == "full_batch":
         return np.ones_like(sizes)
     if cfg.local_steps:
         return np.full_like(sizes, cfg.local_steps)

@@ -177,10 +177,11 @@ class OpenRound:
 class Engine(Protocol):
     """How a round's clients are trained: ``train(work)`` yields :class:`Trained` results
     covering the clients of :class:`Work`, in the round's order. An engine may bring its own
-    client store (``store``, Flower's remote one) and may lose replies (``remote``). A remote
-    engine's clients keep their own states: after the round has collected each result, it
-    tells the engine which of those clients' updates it kept (``commit``), whose clients then
-    keep their new state; a local engine is never told (the round's store has them)."""
+    client store (``store``, Flower's remote one, which the federation's rounds then keep) and
+    may lose replies (``remote``). A remote engine's clients keep their own states: after the
+    round has collected each result, it tells the engine which of those clients' updates it
+    kept (``commit``), whose clients then keep their new state; a local engine is never told
+    (the round's store has them)."""
 
     name: str
     store: ClientStore | None
@@ -200,7 +201,9 @@ EMPTY_ROUND = {"train_loss": float("nan"), "participants": 0.0, "skipped_clients
 
 class Rounds:
     """Runs rounds of ``algorithm`` over ``clients`` with ``engine``; owns the client-state
-    store and the ledger. ``run_round`` is the whole round; ``open``/``collect``/``close`` are
+    store (``store``, in memory by default; whoever builds the rounds picks it:
+    :meth:`~fedretain.recipe.federation.Federation.rounds` takes a remote engine's own) and the
+    ledger. ``run_round`` is the whole round; ``open``/``collect``/``close`` are
     its parts, for engines driven from outside (Flower's ``Strategy``)."""
 
     def __init__(
@@ -221,8 +224,7 @@ class Rounds:
         self.clients_at = clients_at or (lambda rnd: self.clients)
         self.engine = engine
         # a store is a Mapping: an empty one is falsy, so test for None
-        own = engine.store if engine.store is not None else store
-        self.store = own if own is not None else MemoryStore()
+        self.store = store if store is not None else MemoryStore()
         self.store.device = clients.device
         self.on_divergence = on_divergence  # "stop" raises, "skip" drops the client's update
         self.ledger = Ledger()

@@ -23,8 +23,8 @@ it, one launch instead of one per kernel (on a CPU torch skips the graphs: as ``
 last step's outputs are copied out of the graphs' memory pool before the next chunk replays
 over it.
 
-An algorithm with ``vectorisable=False``, or a model with BatchNorm (its running statistics
-update in place, which vmap cannot stack), runs on the sequential engine instead, with a
+An algorithm whose hints say ``vectorisable=False``, or a model with BatchNorm (its running
+statistics update in place, which vmap cannot stack), runs on the sequential engine instead, with a
 one-line notice (:func:`vmap_engine`).
 
 **Several devices** (``engine.devices``, :func:`parse_devices`): ``all`` (every visible CUDA
@@ -47,7 +47,7 @@ very same, chunks and order included. CUDA devices need ``device=cuda`` for the 
 results are gathered, and whose deterministic settings apply to every GPU); ``cpu`` entries are
 allowed anywhere (tests). With ``compile=True`` each device compiles its own graphs.
 
-An algorithm whose local steps must not be padded (``paddable=False``: the generative-replay
+An algorithm whose local steps must not be padded (``hints.paddable`` False: the generative-replay
 methods, whose generators' BatchNorm normalises with the batch's statistics) trains each group
 of a chunk's clients with the same plan shape (step count and every step's width) in its own
 vmapped calls, unpadded and unmasked; the groups' results are merged back in the chunk's order.
@@ -128,10 +128,11 @@ def _keep_live(alive: Tensor, new: Tree, old: Tree) -> Tree:
 
 def vectorisable(algorithm: Algorithm, model: nn.Module) -> str | None:
     """Why this pair cannot run under vmap, or None when it can."""
-    if not algorithm.vectorisable:
-        why = f": {algorithm.sequential_because}" if algorithm.sequential_because else ""
+    hints = algorithm.hints
+    if not hints.vectorisable:
+        why = f": {hints.sequential_because}" if hints.sequential_because else ""
         return f"algorithm {algorithm.name} is not vectorisable{why}"
-    if algorithm.local_draws is not None and algorithm.paddable:
+    if algorithm.local_draws is not None and hints.paddable:
         return f"algorithm {algorithm.name} draws random numbers per step but allows padding"
     # modules the model's forward never runs (an ACGAN's generator): only a local step that
     # calls them itself does, keeping their statistics per client (generative replay)
@@ -370,9 +371,9 @@ class VmapEngine:
 
     def _compute(self, work: Work, chunk: _Chunk) -> Trained:
         """Local training of a chunk on its device (:meth:`train_chunk`). An algorithm whose
-        steps must not be padded (``paddable=False``) trains each group of clients with the same
-        plan shape together, the results merged back in the chunk's order."""
-        if work.algorithm.paddable:
+        steps must not be padded (``hints.paddable`` False) trains each group of clients with
+        the same plan shape together, the results merged back in the chunk's order."""
+        if work.algorithm.hints.paddable:
             return self._compute_group(work, chunk)
         groups: dict[tuple[int, ...], list[int]] = {}
         for k, shape in enumerate(chunk.widths):
@@ -404,8 +405,8 @@ class VmapEngine:
         # step-major, so that each step's slice has the same strides whatever the step count
         idx, wts, live = (_dense(a.transpose(0, 1)) for a in (chunk.idx, chunk.wts, chunk.live))
         loss_sum = torch.zeros(len(cids), device=chunk.device)
-        # unpadded (paddable=False): the group's common widths, step by step
-        exact = None if algo.paddable else chunk.widths[0]
+        # unpadded (hints.paddable False): the group's common widths, step by step
+        exact = None if algo.hints.paddable else chunk.widths[0]
         for t in range(idx.shape[0] if exact is None else len(exact)):
             i, w, dr = idx[t], wts[t], {}
             if exact is not None:  # the step's own width, and its draws

@@ -59,14 +59,14 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedretain.core.algorithm import Algorithm, RoundInfo
+from fedretain.core.algorithm import Algorithm, RoundInfo, transform
 from fedretain.core.tree import Tree, leaves, tree_map
 from fedretain.errors import ConfigError
 from fedretain.privacy.accounting import rdp_epsilon
@@ -338,12 +338,7 @@ def with_client_dp(algorithm: Algorithm, dp: ClientDP) -> Algorithm:
         return {**new_state, **new_dp}, {**metrics, **dp_metrics}
 
     # replace: every other field (and any added later, as a local rule) stays the algorithm's
-    return replace(
-        algorithm,
-        server_init=server_init,
-        aggregate=aggregate,
-        hparams={**algorithm.hparams, **dp.hparams()},
-    )
+    return transform(algorithm, server_init=server_init, aggregate=aggregate, hparams=dp.hparams())
 
 
 def client_dp_epsilon(

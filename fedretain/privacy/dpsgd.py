@@ -14,7 +14,7 @@ divided by the expected batch size ``B``:
 a penalty (FedProx's, FedDyn's) is data-independent given the client's past outputs, so its
 gradient is added after the privatised one, unclipped, and ``correct`` applies as usual.
 Algorithms with a local step of their own are refused, and so are those that read the raw data
-outside the local step (``Algorithm.reads_data_outside_step``: FedCurv, whose uplink carries a
+outside the local step (``Algorithm.hints.reads_data_outside_step``: FedCurv, whose uplink carries a
 Fisher information computed from it).
 
 Per-example gradients come from Opacus (``per_sample="opacus"``: a ``GradSampleModule`` on a
@@ -43,7 +43,7 @@ import math
 import threading
 import warnings
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import grad, vmap
 
-from fedretain.core.algorithm import Algorithm, ClientContext
+from fedretain.core.algorithm import Algorithm, ClientContext, transform
 from fedretain.core.local import Gradient, make_local_step
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, leaves
@@ -120,13 +120,13 @@ def with_dpsgd(algorithm: Algorithm, dp: DPSGD) -> Algorithm:
     name = algorithm.name
     if "dp_noise_multiplier" in algorithm.hparams:
         raise ConfigError(f"{name} already trains with DP-SGD; apply it once")
-    rule = algorithm.local_rule
+    rule = algorithm.hints.local_rule
     if rule is None or not algorithm.follows_local_rule():
         raise ConfigError(
             f"DP-SGD cannot privatise {name}'s own local step; it composes with the algorithms "
             f"whose local step is FedAvg's: {', '.join(composable_algorithms())}"
         )
-    if algorithm.reads_data_outside_step:
+    if algorithm.hints.reads_data_outside_step:
         raise ConfigError(
             f"DP-SGD cannot make {name} private: what it sends is also computed from the raw "
             "client data outside its local step (e.g. a Fisher information); DP-SGD composes "
@@ -142,15 +142,17 @@ def with_dpsgd(algorithm: Algorithm, dp: DPSGD) -> Algorithm:
         return {**state, RNG_KEY: gen.get_state()}
 
     step = make_local_step(rule.opt, rule.penalty, rule.correct, gradient=dp_gradient(dp))
-    return replace(
+    return transform(
         algorithm,
         local_init=local_init,
         local_step=step,
-        vectorisable=False,
-        sequential_because="DP-SGD draws each client's noise from its own generator, which "
-        "vmap cannot stack",
-        hparams={**algorithm.hparams, **dp.hparams()},
-        local_rule=None,  # the local step is no longer the rule's
+        hparams=dp.hparams(),
+        hints={
+            "vectorisable": False,
+            "sequential_because": "DP-SGD draws each client's noise from its own generator, "
+            "which vmap cannot stack",
+            "local_rule": None,  # the local step is no longer the rule's
+        },
     )
 
 
@@ -168,8 +170,8 @@ def composable_algorithms() -> tuple[str, ...]:
             algo = build_algorithm(name)
         except Exception:  # a factory that needs settings: leave it out
             continue
-        full_batch = algo.schedule == "full_batch"
-        if algo.follows_local_rule() and not algo.reads_data_outside_step and not full_batch:
+        full_batch = algo.hints.schedule == "full_batch"
+        if algo.follows_local_rule() and not algo.hints.reads_data_outside_step and not full_batch:
             names.append(name)
     return tuple(names)
 

@@ -104,7 +104,7 @@ class SampleLevel:
     delta: float
 
     def apply(self, algorithm: Algorithm, model: nn.Module) -> Algorithm:
-        if algorithm.schedule == "full_batch":
+        if algorithm.hints.schedule == "full_batch":
             raise ConfigError(
                 f"privacy=dpsgd with {algorithm.name} (one full-batch step per round) is not "
                 "supported: DP-SGD divides by the expected mini-batch size; use fedavg with "

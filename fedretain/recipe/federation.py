@@ -97,15 +97,17 @@ class Federation:
 
     def rounds(self, engine: Engine, out: Path | None = None) -> Rounds:
         """This federation's rounds on ``engine``: the clients of each round (a continual
-        scenario's task parts), the config's client store (a disk store in
-        ``out/client_state``; in memory without ``out``) and divergence policy. The one way
+        scenario's task parts), the client store (an engine's own, where it brings one:
+        Flower's remote store on its SuperNodes; otherwise the config's, a disk store in
+        ``out/client_state`` or in memory without ``out``) and divergence policy. The one way
         to build them: the run and the Flower deployment's strategy both do."""
+        store = engine.store if engine.store is not None else client_store(self.config, out)
         return Rounds(
             self.algorithm,
             self.task,
             self.clients,
             engine,
-            client_store(self.config, out),
+            store,
             on_divergence=self.config.on_divergence,
             clients_at=self.clients_for_round,
         )

@@ -29,7 +29,7 @@ def _even(name: str) -> dict:
 def test_auto_vectorises_every_algorithm_that_can_be(name):
     keys = {**BASE, "algorithm": name, "engine": "auto", **_even(name)}
     _fed, rounds = build_rounds(make_config({k: v for k, v in keys.items() if v is not None}))
-    vectorisable = ALGORITHMS.build(name, {}).vectorisable if name != "moon" else True
+    vectorisable = ALGORITHMS.build(name, {}).hints.vectorisable if name != "moon" else True
     assert isinstance(rounds.engine, VmapEngine if vectorisable else SequentialEngine)
 
 

@@ -182,7 +182,7 @@ def test_transformed_algorithm_records_settings_and_leaves_vmap():
     assert algo.hparams["dp_noise_multiplier"] == 1.1
     assert algo.hparams["dp_max_grad_norm"] == 1.0
     assert algo.hparams["dp_expected_batch_size"] == 32
-    assert not algo.vectorisable
+    assert not algo.hints.vectorisable
     why = vectorisable(algo, nn.Linear(2, 2))
     assert "fedprox is not vectorisable" in why and "DP-SGD" in why and "generator" in why
     with pytest.raises(ConfigError, match="already"):

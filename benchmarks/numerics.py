@@ -30,8 +30,8 @@ ENGINES = ("sequential", "vmap")
 
 def configs() -> dict[str, list[str]]:
     """name -> ``KEY=VALUE`` arguments of ``fedretain run``."""
-    from fedretain.experiments.presets import PRESETS
-    from fedretain.experiments.reproduce import as_args, resolve_data
+    from fedretain.studies.presets import PRESETS
+    from fedretain.studies.reproduce import as_args, resolve_data
 
     out: dict[str, list[str]] = {}
     demo = PRESETS.get("demo")

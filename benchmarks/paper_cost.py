@@ -1,6 +1,6 @@
 """Every preset at ``--scale paper``: floating-point operations, local steps and the time on one
-H100 they imply (:mod:`fedretain.experiments.reproduce.cost`), written to the committed table
-``fedretain/experiments/presets/paper_cost.json`` that ``fedretain reproduce --list`` and
+H100 they imply (:mod:`fedretain.studies.reproduce.cost`), written to the committed table
+``fedretain/studies/presets/paper_cost.json`` that ``fedretain reproduce --list`` and
 docs/reproduce.md show. It counts (the real code on random inputs of each paper's dataset's
 shape, under torch's FLOP counter); nothing is timed. A preset already in the table is kept
 unless named with ``--force``; the table is rewritten after each preset, so a killed run
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from fedretain.experiments.presets import PRESETS
-from fedretain.experiments.reproduce.cost import COST_FILE, as_json, preset_cost, read_costs
 from fedretain.files import write_json
+from fedretain.studies.presets import PRESETS
+from fedretain.studies.reproduce.cost import COST_FILE, as_json, preset_cost, read_costs
 
 
 def main(argv: list[str] | None = None) -> int:

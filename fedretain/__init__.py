@@ -12,5 +12,5 @@ try:  # one version, pyproject.toml's, read from the installed package's metadat
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
 # a Ray study's tasks run the code its caller shipped them, whose version is the caller's
-# (experiments/reproduce/nodes.py), not that of a fedretain installed on the node
+# (studies/reproduce/nodes.py), not that of a fedretain installed on the node
 __version__ = os.environ.get("FEDRETAIN_SHIPPED_VERSION") or __version__

@@ -108,7 +108,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from fedretain.experiments.report import compare
+    from fedretain.studies.compare import compare
 
     compare(args.dirs, args.out, reference=args.reference, allow_mixed=args.allow_mixed)
     print(f"report written to {Path(args.out) / 'report.md'}")
@@ -159,8 +159,8 @@ def _numbers(option: str, text: str, kind: Callable[[str], Any], example: str) -
 
 def _cmd_privacy(args: argparse.Namespace) -> int:
     from fedretain.errors import ConfigError
-    from fedretain.experiments.privacy import PrivacyStudy, Study
     from fedretain.recipe.config import load_config
+    from fedretain.studies.privacy import PrivacyStudy, Study
 
     images = _numbers("--images", args.images, int, "0,7") if args.images != "" else ()
     study = Study(
@@ -198,7 +198,7 @@ def _cmd_privacy(args: argparse.Namespace) -> int:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from fedretain.errors import ConfigError
-    from fedretain.experiments.reproduce import list_presets, reproduce
+    from fedretain.studies.reproduce import list_presets, reproduce
 
     if args.list:
         print("\n".join(list_presets()))
@@ -230,7 +230,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
-    from fedretain.experiments.reproduce.ledger import write_ledger
+    from fedretain.studies.reproduce.ledger import write_ledger
 
     print(f"ledger written to {write_ledger(Path(args.results), Path(args.out))}")
     return 0
@@ -238,7 +238,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from fedretain.errors import ConfigError
-    from fedretain.experiments.sweep import parse_axis, sweep
+    from fedretain.studies.sweep import parse_axis, sweep
 
     config, overrides = _config_and_overrides(None, args.items)
     if not args.grid:
@@ -421,7 +421,7 @@ class _Parser(argparse.ArgumentParser):
         return f"{text}\n{self.help_tail()}\n" if self.help_tail else text
 
 
-MAX_SWEEP_RUNS = 10_000  # fedretain.experiments.sweep.MAX_RUNS (not imported to build the parser)
+MAX_SWEEP_RUNS = 10_000  # fedretain.studies.sweep.MAX_RUNS (not imported to build the parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

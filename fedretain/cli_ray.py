@@ -1,7 +1,7 @@
 """The command line's options for a study's runs as Ray tasks (``fedretain reproduce ... --ray``,
 ``fedretain sweep ... --ray``): their parser and the :class:`RayCluster` they name. Apart from
 ``cli.py`` so that the command line stays one screenful per command; the cluster itself is
-:mod:`fedretain.experiments.reproduce.cluster`, imported only when a study runs.
+:mod:`fedretain.studies.reproduce.cluster`, imported only when a study runs.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
 def ray_cluster(args: argparse.Namespace) -> Any:
     """The :class:`RayCluster` the options name, or None without ``--ray``."""
     from fedretain.errors import ConfigError
-    from fedretain.experiments.reproduce.cluster import RayCluster
+    from fedretain.studies.reproduce.cluster import RayCluster
 
     if args.ray is None:
         ray_only = (args.run_cpus != 1.0, args.run_gpus != 0.0, args.max_retries is not None)

@@ -36,17 +36,17 @@ LONGEST_FIRST = (
     "tests/engines/test_vmap_conformance.py",  # 93
     "tests/continual/test_scenario.py",  # 84
     "tests/test_gpu_check.py",  # 83
-    "tests/experiments/test_ray_studies.py",  # 65: real raylets, a preset three ways
-    "tests/experiments/test_reproduce.py",  # 64
-    "tests/experiments/test_ci_fedcil.py",  # 61
+    "tests/studies/test_ray_studies.py",  # 65: real raylets, a preset three ways
+    "tests/studies/test_reproduce.py",  # 64
+    "tests/studies/test_ci_fedcil.py",  # 61
     "tests/engines/test_auto.py",  # 54
     "tests/privacy/test_runs.py",  # 51
     "tests/flower/test_simulation.py",  # 47
     "tests/experiments/test_resume.py",  # 45
-    "tests/experiments/test_ci_tce.py",  # 40
+    "tests/studies/test_ci_tce.py",  # 40
     "tests/models/test_models.py",  # 42
-    "tests/experiments/test_ci_gradma.py",  # 41
-    "tests/experiments/test_ray_nodes.py",  # 27
+    "tests/studies/test_ci_gradma.py",  # 41
+    "tests/studies/test_ray_nodes.py",  # 27
 )
 
 

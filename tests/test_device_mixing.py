@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from fedretain.continual import quality
-from fedretain.experiments.reproduce.jobs import as_args
 from fedretain.experiments.run import run_experiment
 from fedretain.recipe.config import load_config
+from fedretain.studies.reproduce.jobs import as_args
 from tests.continual.test_quality import toy_dataset
 from tests.device_mixing import RUN, DeviceMixing, second_device
 

@@ -178,7 +178,7 @@ def test_the_home_page_and_the_ledger_link_to_the_report_pages():
 
 
 def test_the_presets_table_has_a_row_for_every_preset_of_the_registry(hook):
-    from fedretain.experiments.presets import PRESETS
+    from fedretain.studies.presets import PRESETS
 
     table = hook.presets()
     for name, entry in PRESETS.items():

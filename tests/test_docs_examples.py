@@ -121,7 +121,7 @@ def test_the_documented_store_keeps_states_on_the_host(tmp_path):
 
 
 def test_the_documented_preset_plans_a_run_per_method_and_seed():
-    from fedretain.experiments.presets import PRESETS, Data
+    from fedretain.studies.presets import PRESETS, Data
 
     namespace: dict[str, Any] = {"__name__": "my_paper"}
     (block,) = blocks("Adding a preset", DOCS / "reproduce.md")

@@ -4,7 +4,8 @@ Layers, top to bottom (a module may import its own layer and those below it):
 
     entrances   cli, any ``__main__`` or ``app`` module (``python -m fedretain.flower``, the
                 ``flwr run`` app)
-    experiments the run, checkpoints, diagnostics' observers, reports, plots
+    studies     presets, reproduce, sweeps, tuning, the privacy study, compare: many runs
+    experiments one run: its loop and results folder, checkpoints, observers, plots
     flower      Flower's engine, ClientApp, strategy, launch tooling
     recipe      the configuration and the federation built from it
     algorithms | engines | metrics
@@ -39,9 +40,11 @@ import pytest
 
 import fedretain
 
+ENTRANCE = 10
 LAYERS = {
-    "cli": 9,
-    "cli_ray": 9,
+    "cli": ENTRANCE,
+    "cli_ray": ENTRANCE,
+    "studies": 9,
     "experiments": 8,
     "flower": 7,
     "recipe": 6,
@@ -90,7 +93,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
 def _layer(module: str) -> int | None:
     parts = module.split(".")
     if parts[-1] in ("__main__", "app"):
-        return 9  # entrances sit on top wherever they live
+        return ENTRANCE  # entrances sit on top wherever they live
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
 
 
@@ -176,7 +179,8 @@ def test_the_checker_sees_an_upward_import():
     """The graph is read, not assumed: a known edge and a known layer order are found."""
     assert "fedretain.engines.round" in GRAPH["fedretain.engines.sequential"]
     assert _layer("fedretain.experiments.run") > _layer("fedretain.recipe.config")
-    assert _layer("fedretain.flower.__main__") == 9
+    assert _layer("fedretain.flower.__main__") == ENTRANCE
+    assert _layer("fedretain.studies.sweep") > _layer("fedretain.experiments.run")
     # the aggregators read the participation models' registry (bernoulli's defaults)
     assert "fedretain.engines.schedule" in GRAPH["fedretain.algorithms.aggregators"]
     # the config's validation imports the packages registering the kinds it checks
@@ -206,7 +210,7 @@ from fedretain.registry import kind, kinds
 print(json.dumps([[k, n, e.module] for k in kinds() for n, e in kind(k).items()]))
 """
 # kinds that no config chooses from, with the module that must see all their entries
-OWN_ENTRANCE = {"preset": "fedretain.experiments.presets"}
+OWN_ENTRANCE = {"preset": "fedretain.studies.presets"}
 
 
 def _registered(*modules: str) -> set[tuple[str, str, str]]:

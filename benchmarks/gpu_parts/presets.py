@@ -18,7 +18,7 @@ RUNS_LINE = re.compile(
 
 def presets(opts: Options, emit: Emit) -> None:
     """``fedretain reproduce PRESETS --scale ci device=DEVICE``; one row per preset."""
-    from fedretain.experiments.presets import PRESETS
+    from fedretain.studies.presets import PRESETS
 
     out = Path(opts.out) / "reproduce"
     jobs = opts.jobs or max(1, min(12 if opts.cuda else 8, os.cpu_count() or 1))

@@ -144,9 +144,9 @@ def continual_rows(opts: Options, emit: Emit) -> None:
     round; a FedCIL run of the paper (200 rounds of 400 steps) projected from it, an upper
     bound (the consolidation, a fixed cost per round, is scaled with the steps). The preset's
     other methods cost less per step (``benchmarks/paper_cost.py``)."""
-    from fedretain.experiments.presets import PRESETS
-    from fedretain.experiments.reproduce.jobs import as_args, resolve_data
     from fedretain.recipe.config import load_config
+    from fedretain.studies.presets import PRESETS
+    from fedretain.studies.reproduce.jobs import as_args, resolve_data
 
     check = "speed: fedcil-table1 paper, FedCIL round"
     entry = PRESETS.get("fedcil-table1")

@@ -249,8 +249,8 @@ def presets() -> str:
     (with their seeds), the small scale's estimate and the paper scale's on one H100
     (``paper_cost.json``, written by benchmarks/paper_cost.py)."""
     from fedretain.data.fetch import SOURCES
-    from fedretain.experiments.presets import PRESETS
-    from fedretain.experiments.reproduce.cost import read_costs
+    from fedretain.studies.presets import PRESETS
+    from fedretain.studies.reproduce.cost import read_costs
 
     costs = read_costs()
     rows = [
@@ -276,7 +276,7 @@ def presets() -> str:
 
 def claims() -> str:
     """The claims ledger's counts per paper, from the committed reports' claims.json."""
-    from fedretain.experiments.reproduce.ledger import ledger_counts
+    from fedretain.studies.reproduce.ledger import ledger_counts
 
     return ledger_counts(DOCS.parent / "results")
 

@@ -1,5 +1,5 @@
-"""Running experiments and reporting them: one run and its results folder (run.py) with its
-observers (observers.py, diagnostics, tracking, the continual recorder, its terminal progress in
-progress.py), checkpoints,
-``fedretain compare`` (report.py, plots.py), privacy studies (privacy.py) and the papers'
-presets with ``fedretain reproduce`` (presets/, reproduce/, tuning.py)."""
+"""One run and its results folder: the loop and the folder's contract (run.py), its observers
+(observers.py, diagnostics, generator quality, tracking, the continual recorder, terminal
+progress in progress.py), checkpoints and resuming (checkpoint.py) and the curves' plots. The
+studies that run many of these (presets, ``fedretain reproduce``, sweeps, tuning, the privacy
+study, ``fedretain compare``) are :mod:`fedretain.studies`."""

@@ -114,7 +114,7 @@ def rng_states(device: torch.device) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 
 # called with a run's folder after each of its checkpoints is saved: a Ray task whose node does
-# not share the study's folder sends the run back from there (experiments/reproduce/storage.py)
+# not share the study's folder sends the run back from there (studies/reproduce/storage.py)
 SAVED: list[Callable[[Path], None]] = []
 
 

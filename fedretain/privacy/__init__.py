@@ -11,6 +11,6 @@
 - :mod:`fedretain.privacy.mechanisms`: the ``privacy`` config component that chooses one
   (``privacy=dpsgd``, ``client_fixed``, ``client_adaptive``) and keeps a run's ε.
 
-``fedretain privacy`` (:mod:`fedretain.experiments.privacy`) puts the attacks and the defences
+``fedretain privacy`` (:mod:`fedretain.studies.privacy`) puts the attacks and the defences
 side by side, as FedReg's Table 4.
 """

@@ -1,8 +1,8 @@
 """fedcil-table1's two settings: the paper's per-client class draws and one class order."""
 
-from fedretain.experiments.presets import PRESETS, Data
-from fedretain.experiments.reproduce import as_args
 from fedretain.recipe.config import load_config
+from fedretain.studies.presets import PRESETS, Data
+from fedretain.studies.reproduce import as_args
 
 ORDER = [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
 

@@ -1,5 +1,5 @@
 """FedCIL's other presets: Table 1's EMNIST-Letters, EMNIST-Balanced and CIFAR-10 columns and
-Table 2's ablation on EMNIST-Letters (fedretain/experiments/presets/fedcil.py)."""
+Table 2's ablation on EMNIST-Letters (fedretain/studies/presets/fedcil.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from fedretain.experiments.presets import PRESETS, Data
-from fedretain.experiments.presets.fedcil import (
+from fedretain.recipe.config import COMPONENTS, Config, load_config
+from fedretain.registry import kind
+from fedretain.studies.presets import PRESETS, Data
+from fedretain.studies.presets.fedcil import (
     FEDCIL_ABLATIONS,
     FEDCIL_COLUMNS,
     FEDCIL_PAPER,
@@ -18,9 +20,7 @@ from fedretain.experiments.presets.fedcil import (
     FEDCIL_TABLE1_METHODS,
     TABLE2_MODULES,
 )
-from fedretain.experiments.reproduce import as_args, reproduce
-from fedretain.recipe.config import COMPONENTS, Config, load_config
-from fedretain.registry import kind
+from fedretain.studies.reproduce import as_args, reproduce
 
 COLUMNS = {f"fedcil-{c}": c for c in FEDCIL_COLUMNS}
 NEW = [*COLUMNS, "fedcil-table2"]

@@ -621,10 +621,10 @@ def _blocks(text):
 
 def test_each_kind_a_help_names_is_listed_exactly_as_its_registry(capsys, monkeypatch):
     from fedretain.cli import LISTS
-    from fedretain.experiments.presets import SCALES
     from fedretain.privacy.attacks import METHODS
     from fedretain.recipe.config import COMPONENTS, NAMED
     from fedretain.registry import kind, kinds
+    from fedretain.studies.presets import SCALES
 
     # `list WHAT`: one WHAT per kind a config chooses from (every kind declared but the
     # presets, which `reproduce --list` lists), and nothing else

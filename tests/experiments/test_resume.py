@@ -623,7 +623,7 @@ def test_stop_after_needs_checkpoints_and_a_number_of_seconds():
 def test_a_preset_sliced_by_stop_after_continues_with_the_same_command(tmp_path):
     """reproduce with stop_after: each run pauses (status 'paused', no result yet), and the
     same command, given again, continues every run to the report of a whole one."""
-    from fedretain.experiments.reproduce import reproduce
+    from fedretain.studies.reproduce import reproduce
 
     lines: list[str] = []
     reproduce(["demo"], tmp_path / "a", scale="ci", extra=["stop_after=1e-9"], echo=lines.append)

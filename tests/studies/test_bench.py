@@ -1,0 +1,105 @@
+"""forgetting-bench: its ladder, its tuning alike, and the leaderboard that names ties."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from fedretain.studies.presets import PRESETS, Data
+from fedretain.studies.presets.bench import (
+    BENCH_LADDER,
+    BENCH_METHODS,
+    BENCH_TUNED_ON,
+    bench_paragraph,
+    bench_tuned,
+)
+
+DATA = Data("fashion-mnist", "", "fashion-mnist")
+
+
+def test_the_paper_scale_runs_every_method_on_every_rung_at_both_participations():
+    plan = PRESETS.get("forgetting-bench").factory("paper", [0, 1, 2], DATA)
+    assert len(plan.runs) == 9 * 10 * 3
+    assert len(plan.settings()) == 10
+    for spec in plan.runs:
+        cfg = {**plan.base, **spec.overrides}
+        rung, share = spec.setting.split(", ")
+        assert cfg["clients"] == 100
+        assert cfg["clients_per_round"] == {"10 %": 10, "full": 100}[share]
+        assert {k: cfg[k] for k in BENCH_LADDER[rung]} == BENCH_LADDER[rung]
+        assert {k: cfg[k] for k in BENCH_METHODS[spec.method]} == BENCH_METHODS[spec.method]
+        assert cfg["diagnostics"] == ["forgetting"]  # every run measures its forgetting
+    assert {r.seed for r in plan.runs} == {0, 1, 2}
+
+
+def test_every_method_is_tuned_on_the_same_grid_budget_and_a_seed_no_evaluation_uses():
+    tune = PRESETS.get("forgetting-bench-tune").factory("small", [0], DATA)
+    bench = PRESETS.get("forgetting-bench").factory("small", [0, 1, 2], DATA)
+    assert {r.seed for r in tune.runs} == {100}
+    assert not {r.seed for r in tune.runs} & {r.seed for r in bench.runs}
+    assert {r.setting for r in tune.runs} == {BENCH_TUNED_ON}
+    lrs = {m: {r.overrides["lr"] for r in tune.runs if r.method == m} for m in BENCH_METHODS}
+    assert len({frozenset(x) for x in lrs.values()}) == 1  # the same learning rates for all
+    for key in ("rounds", "clients", "local_steps", "batch_size", "model"):
+        assert tune.base[key] == bench.base[key]  # the bench's own budget
+    rung = next(r for r in bench.runs if r.setting == BENCH_TUNED_ON).overrides
+    assert tune.base["clients_per_round"] == rung["clients_per_round"] == 2
+    assert tune.base["partition.alpha"] == rung["partition.alpha"] == 0.1
+    assert tune.base["val_fraction"] > 0
+
+
+def test_the_committed_choices_reach_every_run_and_their_absence_is_said(tmp_path: Path):
+    chosen = {"FedProx": {"lr": 0.1, "algo.mu": 0.01}, "FedAvg": {"lr": 0.3}}
+    entry = {m: {"chosen": c, "grid": {}, "points": 4, "edge": []} for m, c in chosen.items()}
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps({"forgetting-bench": {"settings": {BENCH_TUNED_ON: entry}}}))
+    assert {t.method: t.chosen for t in bench_tuned(path)} == chosen
+    assert bench_tuned(tmp_path / "none.json") == []
+    plan = PRESETS.get("forgetting-bench").factory("small", [0], DATA)
+    assert plan.tuning_note.startswith("Not tuned yet")  # no committed study in the package
+    assert plan.tuning_note in plan.notes
+
+
+class Seeds:
+    """Hand-made values: setting -> method -> metric -> each seed's value; ``get`` is the
+    mean, as the report's view is."""
+
+    def __init__(self, rows: dict[str, dict[str, dict[str, list[float]]]]) -> None:
+        self.rows = rows
+
+    def per_seed(self, setting: str, method: str, metric: str) -> list[float | None]:
+        return list(self.rows.get(setting, {}).get(method, {}).get(metric, []))
+
+    def get(self, setting: str, method: str, metric: str) -> float | None:
+        values = self.per_seed(setting, method, metric)
+        return sum(values) / len(values) if values else None  # type: ignore[arg-type]
+
+
+def test_each_settings_leaderboard_ranks_only_gaps_beyond_the_spread_and_names_ties():
+    plan = PRESETS.get("forgetting-bench").factory("ci", [0, 1, 2], DATA)
+    (setting,) = plan.settings()
+    values = Seeds(
+        {
+            setting: {
+                "GradMA": {"final": [0.74, 0.73, 0.75], "loss_increase": [0.5, 0.6, 0.55]},
+                "FedAvg": {"final": [0.60, 0.62, 0.58], "loss_increase": [1.0, 1.1, 1.2]},
+                "FedProx": {"final": [0.61, 0.60, 0.59], "loss_increase": [1.1, 1.0, 1.2]},
+            }
+        }
+    )
+    text = bench_paragraph(values, plan)
+    line = next(x for x in text.splitlines() if x.startswith(f"- **{setting}**"))
+    assert "leading (GradMA)" in line
+    assert "GradMA ranks above FedAvg and FedProx" in line
+    assert "Indistinguishable: FedAvg and FedProx." in line  # swap places by seed
+    assert "Forgot least: GradMA." in line
+
+
+def test_a_setting_at_chance_or_on_one_seed_ranks_nothing():
+    plan = PRESETS.get("forgetting-bench").factory("ci", [0], DATA)
+    (setting,) = plan.settings()
+    chance = Seeds({setting: {"FedAvg": {"final": [0.11]}, "MOON": {"final": [0.12]}}})
+    assert "no method learned beyond chance; nothing is ranked" in bench_paragraph(chance, plan)
+    one = Seeds({setting: {"FedAvg": {"final": [0.5]}, "MOON": {"final": [0.8]}}})
+    line = bench_paragraph(one, plan).splitlines()[-1]
+    assert "every pair is indistinguishable" in line and "leading (MOON and FedAvg)" in line

@@ -32,7 +32,7 @@ from fedretain.algorithms.moon import moon
 from fedretain.algorithms.scaffold import scaffold
 from fedretain.algorithms.sgd import sgd
 from fedretain.core.algorithm import SUPPLIED, Algorithm
-from fedretain.core.optim import Optimizer, ServerOptimizer
+from fedretain.core.optim import Optimizer
 from fedretain.errors import ConfigError
 from fedretain.registry import Registry
 
@@ -145,7 +145,7 @@ def build_algorithm(
     name: str,
     opt: Optimizer | None = None,
     *,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
     model: Any = None,
     rounds_per_task: int | None = None,

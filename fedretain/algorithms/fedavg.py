@@ -19,7 +19,7 @@ from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.server import ServerStep, mean_weights
 from fedretain.core.algorithm import Algorithm, ClientContext, Hints, RoundInfo, algorithm_factory
 from fedretain.core.local import Correct, LocalRule, Penalty, make_local_init, make_local_step
-from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.optim import Optimizer, identity, sgd
 from fedretain.core.tree import Tree
 
 __all__ = ["broadcast_model", "fedavg", "mean_weights", "no_client_state", "upload_model"]
@@ -44,7 +44,7 @@ def fedavg(
     opt: Optimizer | None = None,
     penalty: Penalty | None = None,
     correct: Correct | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedAvg; ``penalty`` and ``correct`` are the local-training hooks others plug in,
@@ -54,7 +54,7 @@ def fedavg(
         mean)
     """
     opt = opt or sgd()
-    step = ServerStep(weighted, aggregator, server_opt)
+    step = ServerStep(weighted, aggregator, server_opt or identity())
 
     def aggregate(
         server_state: Tree, uplinks: Tree, weights: Tensor, info: RoundInfo

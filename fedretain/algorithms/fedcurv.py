@@ -61,7 +61,7 @@ from fedretain.core.algorithm import (
 )
 from fedretain.core.fisher import FISHER_BYTES, fisher_diag
 from fedretain.core.local import ClosedFormPenalty, make_local_init
-from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.optim import Optimizer, identity, sgd
 from fedretain.core.tree import Tree, leaves, tree_map, tree_zeros_like
 
 
@@ -100,7 +100,7 @@ def fedcurv(
     weighted: bool = True,
     fisher_chunk: int = 0,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedCurv with penalty strength ``lambda_`` (``algo.lambda``).
@@ -121,7 +121,8 @@ def fedcurv(
     base = fedavg(weighted=weighted, opt=opt, penalty=curvature_penalty(lambda_))
     sent = ("du", "dv") if memory else ("u", "v")
 
-    step = ServerStep(weighted, aggregator, server_opt)  # the model part of the server
+    # the model part of the server
+    step = ServerStep(weighted, aggregator, server_opt or identity())
 
     def server_init(params: Tree, buffers: Tree) -> Tree:
         zeros = tree_zeros_like(params)

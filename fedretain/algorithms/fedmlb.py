@@ -43,7 +43,7 @@ from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.local import advance
-from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.optim import Optimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree
 from fedretain.errors import ConfigError
@@ -204,7 +204,7 @@ def fedmlb(
     temperature: float = 1.0,
     weighted: bool = True,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedMLB with loss weights ``lambda_*`` (all 1 in the paper) and KL temperature ``T``.

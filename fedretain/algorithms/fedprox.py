@@ -15,7 +15,7 @@ from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, algorithm_factory, transform
 from fedretain.core.local import ClosedFormPenalty, Pull
-from fedretain.core.optim import Optimizer, ServerOptimizer
+from fedretain.core.optim import Optimizer
 from fedretain.core.tree import Tree, leaves
 
 
@@ -39,7 +39,7 @@ def fedprox(
     mu: float = 0.01,
     weighted: bool = True,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedProx with proximal coefficient ``mu``.

@@ -63,7 +63,7 @@ from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.local import advance
-from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.optim import Optimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree, tree_map, tree_sub, tree_vdot
 from fedretain.losses.ce import ce
@@ -258,7 +258,7 @@ def fedreg(
     clamp: bool = False,
     weighted: bool = False,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedReg (``mg=True``: FedReg with MG); ``eta_p`` defaults to ``0.01 * eta_s``.

@@ -94,6 +94,66 @@ def mem_red(
     return buf, count, new_slots, evicted
 
 
+def remember(
+    server_state: Tree, rows: Tree, clients: list[int], beta2: float
+) -> tuple[Tree, list[int]]:
+    """Algorithm 3's memory update: the buffer after :func:`mem_red` of ``clients`` (the
+    round's, in uplink order) and ``D`` with every kept row decayed by β2, a row of a client of
+    the round plus its update (``rows``: the round's ``d_i`` stacked in uplink order), a row just
+    filled equal to its client's update. Returns ``{"D", "buf", "count"}`` and the filled slots.
+    """
+    memory = server_state["buf"].shape[0]
+    buf, count, new_slots, _ = mem_red(
+        server_state["buf"].tolist(), server_state["count"].tolist(), clients, memory
+    )
+    # per slot: the uplink row of this round's client (or -1) and whether it is new
+    src = torch.tensor([clients.index(c) if c in clients else -1 for c in buf])
+    fresh = torch.tensor([j in new_slots for j in range(memory)])
+
+    def update_rows(D: Tensor, up: Tensor) -> Tensor:
+        # empty slots stay zero: they are never written, and evicted rows are refilled
+        shape = (memory,) + (1,) * (D.dim() - 1)
+        s, f = src.to(D.device), fresh.to(D.device)
+        incoming = up[s.clamp(min=0)] * (s >= 0).view(shape).to(up.dtype)
+        return D * (beta2 * (~f).to(D.dtype)).view(shape) + incoming
+
+    memorised = {
+        "D": tree_map(update_rows, server_state["D"], rows),
+        "buf": torch.tensor(buf, dtype=torch.int64),
+        "count": torch.tensor(count, dtype=torch.int64),
+    }
+    return memorised, [j for j in range(memory) if buf[j] >= 0]
+
+
+def server_step(
+    server_state: Tree,
+    d: Tree,
+    rows: Tree,
+    clients: list[int],
+    beta1: float,
+    beta2: float,
+    server_lr: float,
+    per_layer: bool,
+) -> tuple[Tree, dict[str, Tensor]]:
+    """Algorithm 3 given the round's mean update ``d`` and its clients' updates ``rows``
+    (stacked in the order of ``clients``): ``m = β1 m̃ + d``, the memory updated
+    (:func:`remember`), ``m̃ = QP(m, D)`` over the filled rows, ``x ← x − η_g m̃``. Returns the
+    new ``x``, ``m`` and memory, and the count of memory rows used."""
+    m = tree_map(lambda mt, di: beta1 * mt + di, server_state["m"], d)
+    new = dict(server_state)
+    metrics: dict[str, Tensor] = {}
+    if server_state["buf"].shape[0]:
+        memorised, filled = remember(server_state, rows, clients, beta2)
+        idx = torch.tensor(filled, dtype=torch.int64)
+        columns = tree_map(lambda r: r.index_select(0, idx.to(r.device)), memorised["D"])
+        m = project_tree(m, columns, per_layer=per_layer)
+        new.update(memorised)
+        metrics["memory_rows"] = torch.tensor(float(len(filled)))
+    new["m"] = m
+    new["x"] = tree_map(lambda xi, mi: xi - server_lr * mi, server_state["x"], m)
+    return new, metrics
+
+
 def _columns(*vectors: Tensor) -> Tensor:
     """The (d, C) matrix of the QP's columns, stored column by column: stacking on a new last
     axis interleaves the C vectors element by element, 20x slower for C = 3 (RESULTS.md)."""
@@ -188,46 +248,12 @@ def gradma(
         w = mean_weights(weights, weighted)
         d = tree_weighted_mean(uplinks["d"], w)
         buffers = tree_weighted_mean(uplinks["buffers"], w)
-        x = server_state["x"]
         if not server:  # GradMA-W: the server averages like FedAvg
-            return {**server_state, "x": tree_sub(x, d), "buffers": buffers}, {}
-        m = tree_map(lambda mt, di: beta1 * mt + di, server_state["m"], d)
-        new = {**server_state, "buffers": buffers}
-        metrics: dict[str, Tensor] = {}
-        if memory:
-            buf, count, new_slots, _ = mem_red(
-                server_state["buf"].tolist(),
-                server_state["count"].tolist(),
-                list(info.clients),
-                memory,
-            )
-            # per slot: the uplink row of this round's client (or -1) and whether it is new
-            src = torch.tensor([info.clients.index(c) if c in info.clients else -1 for c in buf])
-            fresh = torch.tensor([j in new_slots for j in range(memory)])
-
-            def update_rows(D: Tensor, up: Tensor) -> Tensor:
-                # empty slots stay zero: they are never written, and evicted rows are refilled
-                shape = (memory,) + (1,) * (D.dim() - 1)
-                s, f = src.to(D.device), fresh.to(D.device)
-                incoming = up[s.clamp(min=0)] * (s >= 0).view(shape).to(up.dtype)
-                return D * (beta2 * (~f).to(D.dtype)).view(shape) + incoming
-
-            D = tree_map(update_rows, server_state["D"], uplinks["d"])
-            rows = [j for j in range(memory) if buf[j] >= 0]
-            idx = torch.tensor(rows, dtype=torch.int64, device=weights.device)
-            columns = tree_map(lambda r: r.index_select(0, idx), D)
-            m_tilde = project_tree(m, columns, per_layer=per_layer)
-            new.update(
-                D=D,
-                buf=torch.tensor(buf, dtype=torch.int64),
-                count=torch.tensor(count, dtype=torch.int64),
-            )
-            metrics["memory_rows"] = torch.tensor(float(len(rows)))
-        else:
-            m_tilde = m
-        new["m"] = m_tilde
-        new["x"] = tree_map(lambda xi, mi: xi - server_lr * mi, x, m_tilde)
-        return new, metrics
+            return {**server_state, "x": tree_sub(server_state["x"], d), "buffers": buffers}, {}
+        new, metrics = server_step(
+            server_state, d, uplinks["d"], list(info.clients), beta1, beta2, server_lr, per_layer
+        )
+        return {**new, "buffers": buffers}, metrics
 
     name = {"both": "gradma", "worker": "gradma-w", "server": "gradma-s"}[variant]
     return transform(

@@ -37,7 +37,7 @@ from fedretain.core.algorithm import (
     transform,
 )
 from fedretain.core.local import make_local_step
-from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.optim import Optimizer, identity, sgd
 from fedretain.core.tree import Tree, tree_map, tree_weighted_mean, tree_zeros_like
 
 
@@ -47,7 +47,7 @@ def mimelite(
     beta: float = 0.9,
     weighted: bool = False,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """MimeLite with server momentum ``beta``.
@@ -65,7 +65,8 @@ def mimelite(
             "optimizer.momentum=0, optimizer.weight_decay=0"
         )
     base = fedavg(opt=opt)
-    step = ServerStep(weighted, aggregator, server_opt)  # the model part of the server
+    # the model part of the server
+    step = ServerStep(weighted, aggregator, server_opt or identity())
 
     def server_init(params: Tree, buffers: Tree) -> Tree:
         return {**step.init(params, buffers), "m": tree_zeros_like(params)}

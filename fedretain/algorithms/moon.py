@@ -40,7 +40,7 @@ from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, ClientContext, algorithm_factory, transform
 from fedretain.core.local import advance
-from fedretain.core.optim import Optimizer, ServerOptimizer, sgd
+from fedretain.core.optim import Optimizer, sgd
 from fedretain.core.task import Batch, Task
 from fedretain.core.tree import Tree
 from fedretain.models import functional_method
@@ -85,7 +85,7 @@ def moon(
     tau: float = 0.5,
     weighted: bool = True,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """MOON with contrastive weight ``mu`` (μ) and temperature ``tau`` (τ).

@@ -11,12 +11,12 @@ the optimizer's state is the server state's ``server_opt`` entry.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor
 
 from fedretain.algorithms.aggregators import Aggregator
-from fedretain.core.optim import ServerOptimizer
+from fedretain.core.optim import Optimizer, identity
 from fedretain.core.tree import Tree, tree_map, tree_weighted_mean
 
 log = logging.getLogger("fedretain")
@@ -29,15 +29,16 @@ def mean_weights(weights: Tensor, weighted: bool) -> Tensor:
 
 @dataclass(frozen=True)
 class ServerStep:
-    """``aggregator`` (None: the mean) and ``opt`` (None: ``x ← agg(y)``)."""
+    """``aggregator`` (None: the mean) and the server optimiser ``opt`` (``none``, the
+    default: ``x ← agg(y)``)."""
 
     weighted: bool = True
     aggregator: Aggregator | None = None
-    opt: ServerOptimizer | None = None
+    opt: Optimizer = field(default_factory=identity)
 
     def init(self, params: Tree, buffers: Tree) -> Tree:
         state = {"x": params, "buffers": buffers}
-        if self.opt is not None and not self.opt.is_average:
+        if not self.opt.is_identity:
             state["server_opt"] = self.opt.init(params)
         return state
 
@@ -51,7 +52,7 @@ class ServerStep:
 
     def apply(self, server_state: Tree, target: Tree) -> Tree:
         """``x`` (and the optimizer's state) after one server step towards ``target``."""
-        if self.opt is None or self.opt.is_average:
+        if self.opt.is_identity:
             return {"x": target}
         x = server_state["x"]
         g = tree_map(lambda x, a: x - a, x, target)
@@ -59,9 +60,9 @@ class ServerStep:
 
     def step(self, server_state: Tree, x: Tree, g: Tree) -> Tree:
         """``x`` (and the optimizer's state) after one step on the pseudo-gradient ``g``."""
-        if self.opt is None or self.opt.is_average:
+        if self.opt.is_identity:
             return {"x": tree_map(lambda x, g: x - g, x, g)}
-        new_x, opt_state = self.opt.step(g, server_state["server_opt"], x)
+        new_x, opt_state = self.opt.update(g, server_state["server_opt"], x, self.opt.lr)
         return {"x": new_x, "server_opt": opt_state}
 
 

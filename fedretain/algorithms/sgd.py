@@ -12,7 +12,7 @@ from __future__ import annotations
 from fedretain.algorithms.aggregators import Aggregator
 from fedretain.algorithms.fedavg import fedavg
 from fedretain.core.algorithm import Algorithm, algorithm_factory, transform
-from fedretain.core.optim import Optimizer, ServerOptimizer
+from fedretain.core.optim import Optimizer
 
 
 @algorithm_factory
@@ -20,7 +20,7 @@ def sgd(
     *,
     weighted: bool = True,
     opt: Optimizer | None = None,
-    server_opt: ServerOptimizer | None = None,
+    server_opt: Optimizer | None = None,
     aggregator: Aggregator | None = None,
 ) -> Algorithm:
     """FedAvg with a single full-batch local step per round.

@@ -3,6 +3,10 @@
 They never update in place, so a local step stays a pure function that the vectorised engine
 can ``vmap`` over clients. ``lr`` is an argument of ``update`` (a float or a 0-d tensor), so a
 learning-rate schedule needs no optimiser state.
+
+The server's optimisers have the same shape, on the round's pseudo-gradient ``g = x − agg(y)``
+(``update(g, state, x, opt.lr)``: a server optimiser carries its own step size); ``none`` is
+the identity, ``x ← agg(y)``.
 """
 
 from __future__ import annotations
@@ -49,17 +53,30 @@ def power(beta: float, t: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class Optimizer:
-    """A pair of pure functions, as in optax, with the hyper-parameters they were made with."""
+    """A pair of pure functions, as in optax, with the hyper-parameters they were made with.
+
+    ``lr``: a server optimiser's own step size (its ``update`` is called with it); None for a
+    local optimiser, whose ``lr`` comes from the run's schedule."""
 
     name: str
     init: Callable[[Tree], Tree]
     update: Callable[[Tree, Tree, Tree, Lr], tuple[Tree, Tree]]
     hparams: dict[str, float | bool] = field(default_factory=dict)
+    lr: float | None = None
 
     @property
     def is_plain_sgd(self) -> bool:
         """``p - lr * g`` and nothing else: no momentum, no weight decay."""
-        return self.name == "sgd" and not any(self.hparams.values())
+        return self.name == "sgd" and not any(v for k, v in self.hparams.items() if k != "lr")
+
+    @property
+    def is_identity(self) -> bool:
+        """A server step that lands on the aggregate, ``x ← agg(y)``: ``none``, or SGD with
+        ``lr = 1`` and no momentum. Taken as the aggregate itself (``x − (x − agg)`` would
+        round)."""
+        h = self.hparams
+        sgd_at_one = self.name == "sgd" and self.lr == 1.0 and not h.get("momentum")
+        return self.name == "none" or sgd_at_one
 
 
 def sgd(momentum: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False) -> Optimizer:
@@ -141,29 +158,22 @@ OPTIMIZERS.add("adam", adam, "Adam as torch.optim.Adam (L2 weight decay)")
 
 
 # --------------------------------------------------------------------------------------------
-# server optimizers: the server's step on the round's pseudo-gradient g = x - agg(y)
+# server optimizers: the same shape, on the round's pseudo-gradient g = x - agg(y), with their
+# own step size (Reddi et al., "Adaptive Federated Optimization", ICLR 2021, arXiv:2003.00295;
+# descent: FedAvg is SGD with lr = 1)
 
 
-@dataclass(frozen=True)
-class ServerOptimizer:
-    """The server's optimiser (Reddi et al., "Adaptive Federated Optimization", ICLR 2021,
-    arXiv:2003.00295): ``init(x) -> state`` and ``step(g, state, x) -> (x, state)`` on the
-    pseudo-gradient ``g = x − agg(y)`` of a round (descent: FedAvg is SGD with ``lr = 1``)."""
+def identity() -> Optimizer:
+    """``x ← agg(y)``: the server takes the aggregate (the default of every algorithm whose
+    server step is a model update)."""
 
-    name: str
-    init: Callable[[Tree], Tree]
-    step: Callable[[Tree, Tree, Tree], tuple[Tree, Tree]]
-    hparams: dict[str, float | bool] = field(default_factory=dict)
+    def update(g: Tree, state: Tree, x: Tree, lr: Lr) -> tuple[Tree, Tree]:
+        return tree_map(lambda x, g: x - lr * g, x, g), state
 
-    @property
-    def is_average(self) -> bool:
-        """``x ← agg(y)``: SGD with ``lr = 1`` and no momentum (taken exactly, not as
-        ``x − (x − agg)``)."""
-        h = self.hparams
-        return self.name == "sgd" and h["lr"] == 1.0 and not h["momentum"]
+    return Optimizer("none", lambda x: {}, update, {}, lr=1.0)
 
 
-def server_sgd(lr: float = 1.0, momentum: float = 0.0, nesterov: bool = False) -> ServerOptimizer:
+def server_sgd(lr: float = 1.0, momentum: float = 0.0, nesterov: bool = False) -> Optimizer:
     """``b ← μ b + g``, ``x ← x − η b`` (FedAvgM, Hsu et al. 2019; ``momentum=0``: FedAvg with
     server learning rate ``lr``).
 
@@ -174,23 +184,19 @@ def server_sgd(lr: float = 1.0, momentum: float = 0.0, nesterov: bool = False) -
     _finite_at_least("server_opt.lr", lr, 0, strict=True)
     _fraction("server_opt.momentum", momentum)
     opt = sgd(momentum=momentum, nesterov=nesterov)
-
-    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
-        return opt.update(g, state, x, lr)
-
     hparams = {"lr": lr, "momentum": momentum, "nesterov": nesterov}
-    return ServerOptimizer("sgd", opt.init, step, hparams)
+    return Optimizer("sgd", opt.init, opt.update, hparams, lr=lr)
 
 
 def _adaptive(
     name: str,
     second: Callable[[Tensor, Tensor], Tensor],
     hparams: dict[str, float | bool],
-    eta: Callable[[Tensor], Tensor] | None = None,
-) -> ServerOptimizer:
+    eta: Callable[[Tensor, Lr], Tensor] | None = None,
+) -> Optimizer:
     """The shared shape of FedAdagrad, FedAdam and FedYogi: ``m ← β1 m + (1 − β1) Δ``,
     ``v ← second(v, Δ)``, ``x ← x + η_t m / (√v + τ)`` with ``Δ = −g = agg(y) − x``;
-    ``η_t = eta(t)`` at the t-th update (default: ``lr``).
+    ``η_t = eta(t, lr)`` at the t-th update (default: ``lr``).
 
     ``t`` counts the server's updates, not its rounds: a round that leaves the model unchanged
     (no client reachable, every update dropped, Bulyan short of clients) leaves ``m``, ``v``
@@ -202,20 +208,20 @@ def _adaptive(
     for key in ("beta1", "beta2"):
         if key in hparams:
             _fraction(f"server_opt.{key}", float(hparams[key]))
-    lr, tau, beta1 = hparams["lr"], hparams["tau"], hparams.get("beta1", 0.0)
+    tau, beta1 = hparams["tau"], hparams.get("beta1", 0.0)
 
     def init(x: Tree) -> Tree:
         return {"m": tree_zeros_like(x), "v": tree_zeros_like(x), "t": step_counter(x)}
 
-    def step(g: Tree, state: Tree, x: Tree) -> tuple[Tree, Tree]:
+    def update(g: Tree, state: Tree, x: Tree, lr: Lr) -> tuple[Tree, Tree]:
         m = tree_map(lambda m, g: beta1 * m - (1 - beta1) * g, state["m"], g)
         v = tree_map(second, state["v"], g)
         t = state["t"] + 1
-        step_size = lr if eta is None else eta(t)
+        step_size = lr if eta is None else eta(t, lr)
         new = tree_map(lambda x, m, v: x + step_size * m / (torch.sqrt(v) + tau), x, m, v)
         return new, {"m": m, "v": v, "t": t}
 
-    return ServerOptimizer(name, init, step, hparams)
+    return Optimizer(name, init, update, hparams, lr=float(hparams["lr"]))
 
 
 def fedadam(
@@ -224,7 +230,7 @@ def fedadam(
     beta2: float = 0.99,
     tau: float = 1e-3,
     bias_correction: bool = True,
-) -> ServerOptimizer:
+) -> Optimizer:
     """FedAdam: ``v ← β2 v + (1 − β2) Δ²``. With ``bias_correction`` the step is
     ``η √(1 − β2^(t+1)) / (1 − β1^(t+1))`` at the t-th update (t = 1, 2, ...; in float64), as
     Flower 1.41's ``FedAdam`` computes it at round t; without, the paper's Algorithm 2
@@ -237,7 +243,7 @@ def fedadam(
     :param bias_correction: Flower's correction of η from the count of updates
     """
 
-    def corrected(t: Tensor) -> Tensor:
+    def corrected(t: Tensor, lr: Lr) -> Tensor:
         return lr * torch.sqrt(1 - power(beta2, t + 1)) / (1 - power(beta1, t + 1))
 
     hparams = {"lr": lr, "beta1": beta1, "beta2": beta2, "tau": tau}
@@ -251,7 +257,7 @@ def fedadam(
 
 def fedyogi(
     lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3
-) -> ServerOptimizer:
+) -> Optimizer:
     """FedYogi: ``v ← v − (1 − β2) Δ² sign(v − Δ²)`` (no bias correction, as the paper and
     Flower).
 
@@ -267,7 +273,7 @@ def fedyogi(
     )
 
 
-def fedadagrad(lr: float = 0.1, tau: float = 1e-3) -> ServerOptimizer:
+def fedadagrad(lr: float = 0.1, tau: float = 1e-3) -> Optimizer:
     """FedAdagrad: ``v ← v + Δ²``, ``m = Δ`` (β1 = 0, as the paper's Algorithm 2 and Flower).
 
     :param lr: the server learning rate η, finite and > 0
@@ -280,6 +286,7 @@ def fedadagrad(lr: float = 0.1, tau: float = 1e-3) -> ServerOptimizer:
 # (``server_opt=adam server_opt.lr=0.01``); β1, β2 and τ as the paper fixes them, η as Flower
 # 1.41's defaults (the paper tunes η per task)
 SERVER_OPTIMIZERS = Registry("server_opt")
+SERVER_OPTIMIZERS.add("none", identity, "x <- agg(y): the aggregate itself (FedAvg's step)")
 SERVER_OPTIMIZERS.add("sgd", server_sgd, "x <- x - lr * b, b <- momentum * b + g (FedAvgM)")
 SERVER_OPTIMIZERS.add("adam", fedadam, "FedAdam (Reddi et al. 2021), Flower's bias correction")
 SERVER_OPTIMIZERS.add("yogi", fedyogi, "FedYogi (Reddi et al. 2021)")

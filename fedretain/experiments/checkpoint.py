@@ -20,6 +20,9 @@ written before checksums were recorded loads unverified (its ``verified`` is Fal
 ``store=disk`` the client states are not copied into the tensor file:
 ``checkpoint/clients-<round>/`` holds hard links to the store's files of that moment (see
 :mod:`fedretain.engines.store`), each with its checksum.
+
+Resuming: :func:`resume_point` is the checkpoint a resumed run continues from, and
+:func:`check_rounds` refuses a resumed run that would plan fewer rounds than it has.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,4 +358,51 @@ def load_for_resume(
             f"{'differs' if len(changed) == 1 else 'differ'} from the checkpoint; "
             f"only {', '.join(RESUMABLE)} (and their parameters) may change"
         )
+    return ckpt
+
+
+def rounds_done(out: Path) -> int:
+    """How many rounds the run in ``out`` has: its summary's or its latest checkpoint's (0
+    where neither can be read)."""
+    done = 0
+    for path, key in (
+        (out / "summary.json", "rounds"),
+        (out / "checkpoint" / "meta.json", "round"),
+    ):
+        try:
+            value = read_json(path).get(key, 0)
+        except (OSError, ValueError, AttributeError):  # none, or not a JSON object
+            continue
+        done = max(done, value if isinstance(value, int) else 0)
+    return done
+
+
+def check_rounds(out: Path, cfg: Config, done: int | None = None) -> None:
+    """A ConfigError when resuming ``out`` would plan fewer rounds than the run already has
+    (``done``, else :func:`rounds_done`): a resumed run's ``rounds`` can only be extended."""
+    done = rounds_done(out) if done is None else done
+    if cfg.rounds < done:
+        raise ConfigError(
+            f"cannot resume {out} with rounds={cfg.rounds}: the run already has {done} rounds; "
+            f"rounds can only be extended (rounds={done} or more)"
+        )
+
+
+def resume_point(out: Path, cfg: Config, device: torch.device) -> Checkpoint | None:
+    """The checkpoint a resumed run continues from (None: it starts over), with a note."""
+    ckpt = load_for_resume(out, cfg, device)
+    if ckpt is None:
+        print(f"note: {out} has no checkpoint yet; starting over from round 0", file=sys.stderr)
+        return None
+    check_rounds(out, cfg, ckpt.round)  # the previous checkpoint's, where meta.json is damaged
+    if ckpt.damaged:
+        print(f"note: {ckpt.damaged}; using the previous checkpoint", file=sys.stderr)
+    if not ckpt.verified:
+        print(
+            f"note: checkpoint {ckpt.file} has no checksum (written by an earlier fedretain): "
+            "resuming from it unverified",
+            file=sys.stderr,
+        )
+    where = f"round {ckpt.round} of {cfg.rounds} (checkpoint {ckpt.file})"
+    print(f"resuming {out} from {where}", file=sys.stderr)
     return ckpt

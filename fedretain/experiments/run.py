@@ -30,11 +30,12 @@ import torch
 import fedretain.experiments.components  # noqa: F401  (registers what kind() reads below)
 from fedretain.core.tree import Tree, tree_bytes, tree_numel
 from fedretain.engines.round import Rounds
-from fedretain.errors import ConfigError, DivergenceError
+from fedretain.errors import DivergenceError
 from fedretain.experiments.checkpoint import (
     Checkpoint,
+    check_rounds,
     fingerprint,
-    load_for_resume,
+    resume_point,
     rng_states,
     save_checkpoint,
 )
@@ -50,7 +51,7 @@ from fedretain.experiments.observers import (
 from fedretain.experiments.outputs import clear_out
 from fedretain.experiments.progress import RunProgress, StopAfterRound
 from fedretain.experiments.tracking import make_tracker
-from fedretain.files import read_json, write_json, write_jsonl, write_toml
+from fedretain.files import write_json, write_jsonl, write_toml
 from fedretain.metrics.accuracy import rounds_to_targets, top_accuracy
 from fedretain.recipe.config import Config, resolved, validate
 from fedretain.recipe.federation import (
@@ -363,53 +364,6 @@ class Run:
         self.engine.close()
         for observer in self.observers.values():
             observer.close()
-
-
-def rounds_done(out: Path) -> int:
-    """How many rounds the run in ``out`` has: its summary's or its latest checkpoint's (0
-    where neither can be read)."""
-    done = 0
-    for path, key in (
-        (out / "summary.json", "rounds"),
-        (out / "checkpoint" / "meta.json", "round"),
-    ):
-        try:
-            value = read_json(path).get(key, 0)
-        except (OSError, ValueError, AttributeError):  # none, or not a JSON object
-            continue
-        done = max(done, value if isinstance(value, int) else 0)
-    return done
-
-
-def check_rounds(out: Path, cfg: Config, done: int | None = None) -> None:
-    """A ConfigError when resuming ``out`` would plan fewer rounds than the run already has
-    (``done``, else :func:`rounds_done`): a resumed run's ``rounds`` can only be extended."""
-    done = rounds_done(out) if done is None else done
-    if cfg.rounds < done:
-        raise ConfigError(
-            f"cannot resume {out} with rounds={cfg.rounds}: the run already has {done} rounds; "
-            f"rounds can only be extended (rounds={done} or more)"
-        )
-
-
-def resume_point(out: Path, cfg: Config, device: torch.device) -> Checkpoint | None:
-    """The checkpoint a resumed run continues from (None: it starts over), with a note."""
-    ckpt = load_for_resume(out, cfg, device)
-    if ckpt is None:
-        print(f"note: {out} has no checkpoint yet; starting over from round 0", file=sys.stderr)
-        return None
-    check_rounds(out, cfg, ckpt.round)  # the previous checkpoint's, where meta.json is damaged
-    if ckpt.damaged:
-        print(f"note: {ckpt.damaged}; using the previous checkpoint", file=sys.stderr)
-    if not ckpt.verified:
-        print(
-            f"note: checkpoint {ckpt.file} has no checksum (written by an earlier fedretain): "
-            "resuming from it unverified",
-            file=sys.stderr,
-        )
-    where = f"round {ckpt.round} of {cfg.rounds} (checkpoint {ckpt.file})"
-    print(f"resuming {out} from {where}", file=sys.stderr)
-    return ckpt
 
 
 RUN_STATE = "run"  # the checkpoint's extra entry of the run's own counts since its last record

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fedretain.algorithms import build_algorithm
-from fedretain.algorithms.gradma import gradma, mem_red
+from fedretain.algorithms.gradma import gradma, mem_red, remember
 from fedretain.core.algorithm import RoundInfo
 from tests.tiny import run_rounds, tiny_engine, w
 
@@ -74,6 +74,23 @@ def test_server_rows_follow_evictions():
     assert state["buf"].tolist() == [7] and state["D"]["w"].tolist() == [[2.0]]
     state = _aggregate(algo, state, [[4.0]], [3], 10)  # 3 evicts 7: its row starts afresh
     assert state["buf"].tolist() == [3] and state["D"]["w"].tolist() == [[4.0]]
+
+
+def test_the_memory_update_alone_decays_adds_and_refills_rows():
+    """Slots hold clients 5, 6 and 8 (counts 1, 3, 2); the round's clients are 6 and 9: 6's
+    row decays and adds its update, 9 evicts 5 (the smallest count not in the round) and its
+    row is its update alone, 8's row only decays."""
+    state = {
+        "D": {"w": torch.tensor([[1.0, 1.0], [2.0, 0.0], [0.0, 4.0]])},
+        "buf": torch.tensor([5, 6, 8]),
+        "count": torch.tensor([1, 3, 2]),
+    }
+    rows = {"w": torch.tensor([[10.0, 20.0], [30.0, 40.0]])}  # clients 6 and 9, in that order
+    memorised, filled = remember(state, rows, [6, 9], beta2=0.5)
+    assert memorised["buf"].tolist() == [9, 6, 8] and memorised["count"].tolist() == [1, 4, 2]
+    assert memorised["D"]["w"].tolist() == [[30.0, 40.0], [11.0, 20.0], [0.0, 2.0]]
+    assert filled == [0, 1, 2]
+    assert state["buf"].tolist() == [5, 6, 8]  # the input is left alone
 
 
 def test_memory_zero_is_fedavgm():

@@ -16,7 +16,7 @@ from flwr.serverapp import strategy as flwr_strategy
 from fedretain.algorithms import build_algorithm
 from fedretain.algorithms.aggregators import AGGREGATORS
 from fedretain.algorithms.server import ServerStep
-from fedretain.core.optim import SERVER_OPTIMIZERS, ServerOptimizer
+from fedretain.core.optim import SERVER_OPTIMIZERS, Optimizer, sgd
 from fedretain.core.tree import tree_weighted_mean
 from fedretain.errors import ConfigError
 from fedretain.recipe.config import make_config
@@ -84,7 +84,7 @@ FLOWER_OPTS = {
 }
 
 
-def _flower_optimizer(name: str, opt: ServerOptimizer) -> flwr_strategy.FedOpt:
+def _flower_optimizer(name: str, opt: Optimizer) -> flwr_strategy.FedOpt:
     """Flower's strategy of the same name with ``opt``'s hyper-parameters."""
     cls, extra = FLOWER_OPTS[name]
     h = opt.hparams
@@ -233,12 +233,28 @@ def test_gradma_s_without_memory_fedavgm_and_fedavg_with_server_momentum_agree()
     assert w(a, "m") == pytest.approx(w(b, "server_opt/b"), abs=1e-6)
 
 
-def test_fedavg_server_sgd_at_lr_one_is_the_average_exactly():
+@pytest.mark.parametrize("name", ["none", "sgd"])
+def test_fedavg_server_sgd_at_lr_one_and_none_are_the_average_exactly(name):
+    """``none`` (the default) and SGD at lr 1 without momentum land on the aggregate itself:
+    the same bits as FedAvg, no optimiser state."""
     plain = run_rounds(tiny_engine(build_algorithm("fedavg")), 2)
-    one = SERVER_OPTIMIZERS.build("sgd")
-    assert one.is_average
+    one = SERVER_OPTIMIZERS.build(name)
+    assert one.is_identity and one.lr == 1.0
     same = run_rounds(tiny_engine(build_algorithm("fedavg", server_opt=one)), 2)
     assert w(plain) == w(same) and "server_opt" not in same
+    assert not SERVER_OPTIMIZERS.build("sgd", {"lr": 0.5}).is_identity
+
+
+def test_a_server_optimizer_has_the_local_optimizers_shape():
+    """One shape for both sides: server SGD's ``update(g, state, x, opt.lr)`` is the local
+    SGD's ``update`` at that lr, momentum buffer included."""
+    server = SERVER_OPTIMIZERS.build("sgd", {"lr": 0.5, "momentum": 0.9})
+    local = sgd(momentum=0.9)
+    x, g = {"w": torch.tensor([1.0, -2.0])}, {"w": torch.tensor([0.25, 4.0])}
+    ours, s1 = server.update(g, server.init(x), x, server.lr)
+    theirs, s2 = local.update(g, local.init(x), x, 0.5)
+    assert torch.equal(ours["w"], theirs["w"]) and torch.equal(s1["b"]["w"], s2["b"]["w"])
+    assert ours["w"].tolist() == [0.875, -4.0]  # x - 0.5 g, the buffer b = g at the first step
 
 
 def test_fedadam_moves_the_tiny_model_by_hand():

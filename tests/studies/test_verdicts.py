@@ -32,7 +32,7 @@ from fedretain.studies.presets import (
     ranking,
 )
 from fedretain.studies.reproduce import Job, Outcome, Results, claims_section, judge
-from fedretain.studies.reproduce.claims import chance_line
+from fedretain.studies.reproduce.claims import chance_line, guard
 
 ROUNDS = 10
 
@@ -275,6 +275,30 @@ def test_a_best_point_at_the_edge_of_its_grid_decides_nothing():
         {("s", "A"): [0.8] * 3, ("s", "B"): [0.5] * 3},
     )
     assert j.verdict == "undecided" and "A's lr=1 was chosen at the edge" in j.why
+
+
+def test_a_sweep_with_points_not_run_has_no_best_yet_neither_undertrained_nor_at_an_edge():
+    """Only lr=1.0 of A's grid has run (at 0.30, below the floor and the grid's largest): its
+    best is unknown, so nothing stands in the claim's way for that reason (the runs it reads
+    decide it, or it waits on them); not undertrained, not at an edge."""
+    runs = [RunSpec("s", f"A lr={lr}", s, {}, "A", lr) for lr in (0.01, 0.1, 1.0) for s in range(3)]
+    runs += [RunSpec("s", "B", s, {}) for s in range(3)]
+    plan = Plan(
+        "t", "none", {}, runs, ["final"], sweep=Sweep("lr"), floors={"s": (0.439, "the paper's")}
+    )
+    finals = {("s", f"A lr={lr}"): [0.4] * 3 for lr in (0.01, 0.1)}
+    finals[("s", "A lr=1.0")], finals[("s", "B")] = [0.3, 0.31, 0.3], [0.7, 0.71, 0.7]
+    outcomes = dict(results_of(plan, finals).outcomes)
+    for lr in (0.01, 0.1):
+        for seed in range(3):
+            key = ("s", f"A lr={lr}", seed)
+            outcomes[key] = Outcome("not run", outcomes[key].job)
+    claim = Claim("A's best above B", higher("s", "A lr=1.0", "B"), grid=True)
+    plan.claims = [claim]
+    assert guard(plan, claim, Results(plan, outcomes), [("s", "A lr=1.0", "final")]) == ("", "")
+    # with the grid complete, the same finals are an undertrained series
+    j = one(claim, plan, finals)
+    assert j.verdict == "undecided" and "undertrained: A (s) reaches 0.4000 at best" in j.why
 
 
 def test_a_run_without_a_result_leaves_undecided_only_what_rests_on_it():

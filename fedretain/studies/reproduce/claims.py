@@ -197,7 +197,8 @@ def at_chance(plan: Plan, results: Results, read: list[tuple[str, str, str]]) ->
 
 def undertrained(plan: Plan, results: Results, read: list[tuple[str, str, str]]) -> str:
     """A model the claim compares at the end of training whose final accuracy (its series'
-    best, in a sweep) is below its setting's floor."""
+    best, in a sweep) is below its setting's floor. A series with a member that has no result
+    yet (not run, diverged, failed) has no known best: it is not judged here."""
     low = []
     for setting, method, metric in dict.fromkeys(read):
         if metric not in END_METRICS or setting not in plan.floors:
@@ -206,7 +207,7 @@ def undertrained(plan: Plan, results: Results, read: list[tuple[str, str, str]])
         line = series_of(plan, setting, method)
         members = [m for m in plan.methods(setting) if series_of(plan, setting, m) == line]
         finals = [f for m in members if (f := final_of(results, setting, m)) is not None]
-        if finals and max(finals) < floor:
+        if finals and len(finals) == len(members) and max(finals) < floor:
             low.append((f"{line} ({setting}) reaches {max(finals):.4f} at best", floor, why))
     if not low:
         return ""
@@ -248,7 +249,8 @@ def degenerate(plan: Plan, results: Results, read: list[tuple[str, str, str]]) -
 
 def exhausted(plan: Plan, claim: Claim, results: Results, read: list[tuple[str, str, str]]) -> str:
     """A best point at the edge of its grid: a swept series' best (for a claim on the best
-    point), a tuned choice, or a privacy study whose noise grid never matched."""
+    point; not while a point of the series has no result), a tuned choice, or a privacy study
+    whose noise grid never matched."""
     pairs = list(dict.fromkeys((s, m) for s, m, _ in read))
     for setting, method in pairs:
         for t in plan.tuning:
@@ -272,7 +274,7 @@ def exhausted(plan: Plan, claim: Claim, results: Results, read: list[tuple[str, 
             }
             scored = {x: mean.get(setting, m, "final") for x, m in points.items()}
             scored = {x: f for x, f in scored.items() if f is not None}
-            if len(points) < 2 or not scored:
+            if len(points) < 2 or len(scored) < len(points):  # a point without result: no best
                 continue
             x = max(scored, key=lambda k: scored[k])
             if x in (min(points), max(points)):

@@ -67,7 +67,7 @@ class Optimizer:
     @property
     def is_plain_sgd(self) -> bool:
         """``p - lr * g`` and nothing else: no momentum, no weight decay."""
-        return self.name == "sgd" and not any(v for k, v in self.hparams.items() if k != "lr")
+        return self.name == "sgd" and self.lr is None and not any(self.hparams.values())
 
     @property
     def is_identity(self) -> bool:

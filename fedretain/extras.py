@@ -5,7 +5,8 @@ The core (every algorithm, the sequential, vectorised and auto engines, class-in
 ``flower`` commands) and Ray (``--ray``) come with ``pip install "fedretain[flower]"``; Opacus
 (``privacy=dpsgd`` and the accountant of every privacy mechanism) with ``[privacy]``;
 TensorBoard (``tracking=tensorboard``) with ``[tracking]``; MLflow (``tracking=mlflow``) with
-``[mlflow]``; Weights & Biases (``tracking=wandb``) with ``[wandb]``. A feature whose package
+``[mlflow]``; Weights & Biases (``tracking=wandb``) with ``[wandb]``; h5py (FEMNIST as
+``fedretain data get femnist`` fetches it) with ``[femnist]``. A feature whose package
 is missing says so in one line, with the command, before anything runs (:func:`require`).
 """
 
@@ -22,6 +23,7 @@ EXTRAS = {
     "tensorboard": "tracking",
     "mlflow": "mlflow",
     "wandb": "wandb",
+    "h5py": "femnist",
 }
 
 

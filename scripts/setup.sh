@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 # every extra (the suite tests every part) at the exact versions of requirements-lock.txt
-if ! .venv/bin/python -c "import fedretain, pytest, xdist, ruff, flwr, ray, opacus" 2>/dev/null \
+if ! .venv/bin/python -c "import fedretain, pytest, xdist, ruff, flwr, ray, opacus, h5py" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.fedretain-installed ] \
    || [ requirements-lock.txt -nt .venv/.fedretain-installed ]; then
     echo "installing fedretain and its pinned dependencies into .venv (log: .venv/install.log)"

@@ -1,7 +1,7 @@
 """The core runs without the optional packages, and each feature that needs one says which
-extra installs it, in one line: Flower and Ray (``[flower]``), Opacus (``[privacy]``) and
-TensorBoard (``[tracking]``) are blocked from import in a child process (as on a machine
-without them, such as the GPU image), and a tiny job runs there."""
+extra installs it, in one line: Flower and Ray (``[flower]``), Opacus (``[privacy]``),
+TensorBoard (``[tracking]``), MLflow, W&B and h5py (``[femnist]``) are blocked from import in a
+child process (as on a machine without them, such as the GPU image), and a tiny job runs there."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKER = """
 import sys
 
-BLOCKED = {"flwr", "ray", "opacus", "tensorboard", "mlflow", "wandb"}
+BLOCKED = {"flwr", "ray", "opacus", "tensorboard", "mlflow", "wandb", "h5py"}
 
 
 class Block:
@@ -78,8 +78,13 @@ CASES = [
     (["fedretain", "run", *TINY, "tracking=wandb"], "wandb", "tracking=wandb needs wandb"),
     (["fedretain.flower", "simulate", *TINY], "flower", "fedretain.flower needs flwr"),
     (["fedretain", "reproduce", "demo", "--scale", "ci", "--ray"], "flower", "--ray needs ray"),
+    (  # the refusals fixture writes femnist/*.h5 (their bytes are never read)
+        ["fedretain", "run", *TINY, "dataset=femnist", "data_dir=femnist"],
+        "femnist",
+        "FEMNIST's fed_emnist_train.h5 needs h5py",
+    ),
 ]
-# every case's `python -m MODULE ARGS` in one blocked process (one start of torch, not eight):
+# every case's `python -m MODULE ARGS` in one blocked process (one torch start in all):
 # [exit status, stderr] per case
 EACH = """
 import contextlib, io, json, runpy, sys
@@ -102,6 +107,9 @@ print(json.dumps(results))
 def refusals(without_extras):
     run, site = without_extras
     (site / "each.py").write_text(EACH)
+    (site / "femnist").mkdir()
+    for split in ("train", "test"):
+        (site / "femnist" / f"fed_emnist_{split}.h5").write_bytes(b"")
     argvs = [[*args, "--out", str(site / f"x{i}")] for i, (args, _, _) in enumerate(CASES)]
     code, out, err = run("each", json.dumps(argvs))
     assert code == 0, err

@@ -42,9 +42,11 @@ def _cell(text: Any) -> str:
 
 
 def settings() -> str:
+    from fedretain.cli import components
     from fedretain.recipe.config import COMPONENTS, describe_settings, option_defaults, param_help
     from fedretain.registry import kind
 
+    components()  # every layer's registrations: the diagnostics' kind is the run layer's
     rows = ["| key | default | meaning |", "|---|---|---|"]
     rows += [f"| `{s.key}` | `{s.default}` | {_cell(s.help)} |" for s in describe_settings()]
     out = ["\n".join(rows), ""]

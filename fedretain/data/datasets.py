@@ -55,7 +55,8 @@ DATASETS.add(
 DATASETS.add(
     "femnist",
     leaf.load_femnist,
-    "FEMNIST (LEAF): 28x28 handwritten characters, 62 classes, grouped by writer (JSON)",
+    "FEMNIST (LEAF): 28x28 handwritten characters, 62 classes, grouped by writer (TFF's HDF5 "
+    "or LEAF's JSON)",
     how_to_get=leaf.FEMNIST_HOW_TO_GET,
 )
 DATASETS.add(

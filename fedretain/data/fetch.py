@@ -49,7 +49,7 @@ class Remote:
     """One file of a dataset as its publisher serves it."""
 
     name: str
-    size: int  # bytes
+    size: int | None  # bytes; None where the publisher states none (the SHA-256 still decides)
     sha256: str
     urls: tuple[str, ...]  # the publisher's address first, then mirrors
     unpack: str = ""  # "zip" or "tar": an archive unpacked into the dataset's folder
@@ -82,6 +82,9 @@ IDX_FILES = (
 # Hugging Face datasets' dataset_infos.json (MNIST, Fashion-MNIST, EMNIST, CIFAR: both agree with
 # torchvision's and Keras's sha256 where they list them), and for Tiny ImageNet, which no such
 # library lists, from projects that check it with hashlib (berenslab/t-simcne and others).
+# FEMNIST is TensorFlow Federated's build of LEAF's FEMNIST (NIST SD19 by writer: 3,400 writers,
+# 62 classes, each writer's samples split between train and test), whose SHA-256 TFF's own
+# loader checks (tensorflow_federated/python/simulation/datasets/emnist.py); TFF states no size.
 SOURCES: dict[str, Source] = {
     "mnist": Source(
         _mnist_like(
@@ -196,6 +199,20 @@ SOURCES: dict[str, Source] = {
         ("tiny-imagenet-200/wnids.txt",),
         "Stanford CS231n (cs231n.stanford.edu); sum: projects that check it (berenslab/t-simcne)",
     ),
+    "femnist": Source(
+        (
+            Remote(
+                "fed_emnist.tar.bz2",
+                None,
+                "fe1ed5a502cea3a952eb105920bff8cffb32836b5173cb18a57a32c3606f3ea0",
+                ("https://storage.googleapis.com/tff-datasets-public/fed_emnist.tar.bz2",),
+                "tar",
+            ),
+        ),
+        ("fed_emnist_train.h5", "fed_emnist_test.h5"),
+        "TensorFlow Federated's build of LEAF's FEMNIST (www.tensorflow.org/federated); "
+        "sum: TFF's loader",
+    ),
 }
 
 
@@ -244,11 +261,12 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _attempt(url: str, part: Path, size: int) -> None:
+def _attempt(url: str, part: Path, size: int | None) -> None:
     """Bring ``part`` closer to the whole file from ``url``: continue it with a range request
-    when it holds the start already. Raises on a broken connection (part kept)."""
+    when it holds the start already. Raises on a broken connection (part kept). Without a
+    shipped ``size``, the server's Content-Length says how much is to come."""
     have = part.stat().st_size if part.exists() else 0
-    if have > size:  # not a prefix of this file
+    if size is not None and have > size:  # not a prefix of this file
         part.unlink()
         have = 0
     request = urllib.request.Request(url, headers={"User-Agent": "fedretain"})
@@ -256,12 +274,15 @@ def _attempt(url: str, part: Path, size: int) -> None:
         request.add_header("Range", f"bytes={have}-")
     with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
         mode = "ab" if have and response.status == 206 else "wb"  # 200: the server restarts
+        start = have if mode == "ab" else 0
+        length = response.headers.get("Content-Length")
+        expect = size if size is not None else (start + int(length) if length else None)
         with open(part, mode) as f:
             while block := response.read(CHUNK):
                 f.write(block)
-                if f.tell() > size:
+                if size is not None and f.tell() > size:
                     raise DataError(f"{url} sends more than the {size} bytes of this file")
-            if f.tell() < size:  # closed early (a shorter file would fail its check anyway)
+            if expect is not None and f.tell() < expect:  # closed early
                 raise ConnectionError(f"the connection closed after {f.tell():,} bytes")
 
 
@@ -286,16 +307,17 @@ def download(
                     break  # refused, or nothing came: the next mirror
                 continue  # broke off after some bytes: continue where it stopped
             got = part.stat().st_size
-            if got == remote.size and _sha256(part) == remote.sha256:
+            if remote.size in (None, got) and _sha256(part) == remote.sha256:
                 os.replace(part, dest)
                 log(f"{remote.name}: {got:,} bytes from {url}, SHA-256 checked")
                 return
             errors.append(f"{url}: {got:,} bytes that do not match the SHA-256 shipped")
             part.unlink()
             break
+    size = f"{remote.size:,} bytes, " if remote.size is not None else ""
     raise DataError(
         f"could not get {remote.name} ({'; '.join(errors[-3:])}); place {remote.name} "
-        f"({remote.size:,} bytes, SHA-256 {remote.sha256}, from {remote.urls[0]}) in "
+        f"({size}SHA-256 {remote.sha256}, from {remote.urls[0]}) in "
         f"{dest.parent} by hand and run this again"
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from fedretain.data.datasets import load_dataset
-from fedretain.errors import DataError
+from fedretain.errors import ConfigError, DataError
 
 
 def user_block(rng: np.random.Generator, n: int, first_label: int) -> dict:
@@ -103,4 +104,88 @@ def test_femnist_needs_train_and_test(tmp_path: Path) -> None:
         load_dataset("femnist", tmp_path)
     (tmp_path / "test").mkdir()
     with pytest.raises(DataError, match=r"no \*\.json files"):
+        load_dataset("femnist", tmp_path)
+
+
+# ---------------------------------------------------------------- TensorFlow Federated's HDF5
+
+
+def write_tff(root: Path, split: str, users: dict[str, tuple[int, int]], seed: int = 0) -> dict:
+    """One of TFF's FEMNIST files: ``examples/<writer>/{pixels,label}``, pixels (n, 28, 28)
+    floats in 0..1 with the same fixed pixels as :func:`user_block`, labels int32."""
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    written = {}
+    with h5py.File(root / f"fed_emnist_{split}.h5", "w") as f:
+        for user, (n, first) in users.items():
+            block = user_block(rng, n, first)
+            x = np.asarray(block["x"], np.float32).reshape(n, 28, 28)
+            g = f.create_group(f"examples/{user}")
+            g["pixels"] = x
+            g["label"] = np.asarray(block["y"], np.int32)
+            written[user] = (x, block["y"])
+    return written
+
+
+def make_tff(root: Path) -> tuple[dict, dict]:
+    # written out of order: the loader reads writers sorted, as TFF's ClientData does
+    train = write_tff(root, "train", {"f2": (4, 10), "f0": (3, 0), "f1": (2, 60)})
+    test = write_tff(root, "test", {"f2": (1, 5), "f0": (2, 7)}, seed=2)
+    return train, test
+
+
+def test_femnist_from_tff_hdf5_keeps_pixels_labels_and_writers(tmp_path: Path) -> None:
+    train, test = make_tff(tmp_path)
+    data = load_dataset("femnist", tmp_path)
+    assert data.x_train.shape == (9, 1, 28, 28) and data.x_train.dtype == torch.uint8
+    assert data.y_train.tolist() == [0, 1, 2, 60, 61, 10, 11, 12, 13]
+    assert data.groups is not None and data.groups.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
+    assert data.test_groups is not None and data.test_groups.tolist() == [0, 0, 2]
+    assert data.y_test.tolist() == test["f0"][1] + test["f2"][1]
+    expected = np.rint(train["f1"][0][1] * 255).astype(np.uint8)  # f1's second image
+    np.testing.assert_array_equal(data.x_train[4, 0].numpy(), expected)
+    assert (data.x_train[:, 0, 0, 0] == 255).all() and (data.x_train[:, 0, 0, 2] == 128).all()
+    inverted = load_dataset("femnist", tmp_path, invert=True)
+    assert torch.equal(inverted.x_train, 255 - data.x_train)
+
+
+def test_femnist_hdf5_is_read_before_leaf_json_in_the_same_folder(tmp_path: Path) -> None:
+    make_tff(tmp_path)
+    make_femnist(tmp_path)
+    assert load_dataset("femnist", tmp_path).y_test.tolist()[:2] == [7, 8]  # f0's, from HDF5
+
+
+def test_femnist_hdf5_damaged_or_half_there_says_what_to_do(tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    write_tff(tmp_path, "train", {"f0": (2, 0)})
+    with pytest.raises(DataError, match=r"lacks fed_emnist_test\.h5; run `fedretain data get"):
+        load_dataset("femnist", tmp_path)
+    (tmp_path / "fed_emnist_test.h5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(DataError, match=r"fed_emnist_test\.h5 is not a readable HDF5 file"):
+        load_dataset("femnist", tmp_path)
+    with h5py.File(tmp_path / "fed_emnist_test.h5", "w") as f:
+        f["other"] = np.zeros(3)
+    with pytest.raises(DataError, match=r"no group 'examples'.*data get femnist` again"):
+        load_dataset("femnist", tmp_path)
+    with h5py.File(tmp_path / "fed_emnist_test.h5", "w") as f:
+        f["examples/f0/pixels"] = np.zeros((2, 28, 28), np.float32)
+    with pytest.raises(DataError, match=r"writer 'f0' lacks 'pixels' or 'label'"):
+        load_dataset("femnist", tmp_path)
+    with h5py.File(tmp_path / "fed_emnist_test.h5", "w") as f:
+        f["examples/f0/pixels"] = np.zeros((2, 28, 28), np.float32)
+        f["examples/f0/label"] = np.array([1, 62], np.int32)
+    with pytest.raises(DataError, match=r"labels must be ints in 0\.\.61"):
+        load_dataset("femnist", tmp_path)
+    with h5py.File(tmp_path / "fed_emnist_test.h5", "w") as f:
+        f["examples/f0/pixels"] = np.zeros((3, 28, 28), np.float32)
+        f["examples/f0/label"] = np.array([1, 2], np.int32)
+    with pytest.raises(DataError, match=r"one per label"):
+        load_dataset("femnist", tmp_path)
+
+
+def test_femnist_hdf5_without_h5py_names_the_install(tmp_path: Path, monkeypatch) -> None:
+    make_tff(tmp_path)
+    monkeypatch.setitem(sys.modules, "h5py", None)  # import h5py raises ImportError
+    with pytest.raises(ConfigError, match=r'needs h5py.*pip install "fedretain\[femnist\]"'):
         load_dataset("femnist", tmp_path)

@@ -22,6 +22,7 @@ from fedretain.data import fetch
 from fedretain.data.datasets import fetch_source, load_dataset
 from fedretain.errors import ConfigError, DataError
 from tests.data.test_data_cifar import write_cifar10
+from tests.data.test_data_leaf import make_tff
 from tests.data.test_datasets import write_mnist_like
 
 
@@ -93,7 +94,9 @@ def _mnist(server: Server, tmp_path: Path, prefix: str = "/d") -> fetch.Source:
     return fetch.Source(files, fetch.IDX_FILES, "test files")
 
 
-def _archive(kind: str, members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+def _archive(
+    kind: str, members: dict[str, bytes], links: dict[str, str] | None = None, mode: str = "w:gz"
+) -> bytes:
     buf = io.BytesIO()
     if kind == "zip":
         with zipfile.ZipFile(buf, "w") as z:
@@ -104,7 +107,7 @@ def _archive(kind: str, members: dict[str, bytes], links: dict[str, str] | None 
                 info.external_attr = 0o120777 << 16  # a symbolic link
                 z.writestr(info, target)
     else:
-        with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        with tarfile.open(fileobj=buf, mode=mode) as t:
             for name, data in members.items():
                 info = tarfile.TarInfo(name)
                 info.size = len(data)
@@ -209,6 +212,33 @@ def test_an_archive_is_unpacked_and_deleted_and_loads(server, tmp_path, monkeypa
     said: list[str] = []
     fetch.get("cifar10", tmp_path / "r", log=said.append)
     assert len(server.requests) == asked and "not checked" in said[0]
+
+
+def test_femnist_arrives_as_tffs_bz2_archive_without_a_size_and_loads(
+    server, tmp_path, monkeypatch
+):
+    pytest.importorskip("h5py")
+    written = tmp_path / "written"
+    make_tff(written)
+    members = {p.name: p.read_bytes() for p in sorted(written.iterdir())}
+    data = _archive("tar", members, mode="w:bz2")
+    shipped = fetch.SOURCES["femnist"]
+    assert shipped.files[0].size is None and sorted(shipped.present) == sorted(members)
+    server.files["/d/fed_emnist.tar.bz2"] = data
+    digest = hashlib.sha256(data).hexdigest()
+    url = f"{server.url}/broken/d/fed_emnist.tar.bz2"  # breaks off halfway once
+    remote = fetch.Remote("fed_emnist.tar.bz2", None, digest, (url,), "tar")
+    monkeypatch.setitem(fetch.SOURCES, "femnist", fetch.Source((remote,), shipped.present, ""))
+    folder = fetch.get("femnist", tmp_path / "r", log=lambda _: None)
+    asked = [rng for path, rng in server.requests if path.endswith("fed_emnist.tar.bz2")]
+    assert asked == ["", f"bytes={len(data) // 2}-"]  # the server's length said it was short
+    assert sorted(p.name for p in folder.iterdir()) == sorted([fetch.MARKER, *members])
+    femnist = load_dataset("femnist", folder)
+    assert femnist.y_train.tolist() == [0, 1, 2, 60, 61, 10, 11, 12, 13]
+    wrong = fetch.Remote("fed_emnist.tar.bz2", None, "ab" * 32, (f"{server.url}/d/x",), "tar")
+    server.files["/d/x"] = data
+    with pytest.raises(DataError, match=r"place fed_emnist\.tar\.bz2 \(SHA-256 (ab)+, from"):
+        fetch.download(wrong, tmp_path / "fed_emnist.tar.bz2", log=lambda _: None)
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar"])

@@ -194,7 +194,8 @@ def tce_femnist(scale: str, seeds: list[int], data: Data) -> Plan:
     FedAvg with and without TCE over the learning-rate grid, GroupNorm and BatchNorm, at
     Dirichlet α = 0.1 (§3: the whole training set split by Dirichlet, not by writer).
 
-    ``paper``: FEMNIST from LEAF's JSON files (``--data-dir femnist=FOLDER``), else EMNIST's
+    ``paper``: FEMNIST (``fedretain data get femnist``, or LEAF's JSON files with
+    ``--data-dir femnist=FOLDER``), else EMNIST's
     byclass split standing in (``fedretain data get emnist``): the same NIST handwritten
     characters in the same 62 classes, and the paper ignores FEMNIST's writers. Fashion-MNIST,
     which stands in for MNIST and EMNIST's 10-class digits elsewhere, does not: it has 10

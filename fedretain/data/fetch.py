@@ -8,8 +8,9 @@ where :func:`fedretain.data.datasets.load_dataset` also looks when a config name
 - the mirrors are tried in order (``--mirror URL`` first), each with a few attempts; a
   download that breaks off continues where it stopped (an HTTP range request on
   ``FILE.part``), from the same mirror or the next;
-- the whole file is checked against the size and SHA-256 shipped here before it takes its
-  name; a file that does not match is deleted and the next mirror tried;
+- the whole file is checked against the SHA-256 (and the size, where the publisher states
+  one) shipped here before it takes its name; a file that does not match is deleted and
+  fetched afresh once when it was continued from an earlier part, else the next mirror tried;
 - an archive (zip or tar) is unpacked into a temporary folder beside its destination, refusing
   any member that would land outside it (absolute paths, ``..``), any link and any special
   file, then moved into place; the archive is deleted once unpacked;
@@ -286,6 +287,13 @@ def _attempt(url: str, part: Path, size: int | None) -> None:
                 raise ConnectionError(f"the connection closed after {f.tell():,} bytes")
 
 
+def _whole(part: Path, remote: Remote) -> bool:
+    """Whether ``part`` is the whole file: its size (where shipped) and its SHA-256."""
+    if not part.is_file() or remote.size not in (None, part.stat().st_size):
+        return False
+    return _sha256(part) == remote.sha256
+
+
 def download(
     remote: Remote, dest: Path, mirrors: Sequence[str] = (), log: Callable = print
 ) -> None:
@@ -294,6 +302,10 @@ def download(
     part = dest.with_name(dest.name + ".part")
     urls = [f"{m.rstrip('/')}/{remote.name}" for m in mirrors] + list(remote.urls)
     errors = []
+    if _whole(part, remote):  # downloaded whole before a stop between the last byte and here
+        os.replace(part, dest)
+        log(f"{remote.name}: {part.name} was whole already, SHA-256 checked")
+        return
     for url in urls:
         for _ in range(ATTEMPTS):
             before = part.stat().st_size if part.exists() else 0
@@ -302,17 +314,22 @@ def download(
             except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
                 reason = getattr(e, "reason", None) or e
                 errors.append(f"{url}: {type(e).__name__}: {reason}")
+                if getattr(e, "code", None) == 416 and before:  # the part is no prefix of it
+                    part.unlink()
+                    continue
                 grew = part.exists() and part.stat().st_size > before
                 if isinstance(e, urllib.error.HTTPError) or not grew:
                     break  # refused, or nothing came: the next mirror
                 continue  # broke off after some bytes: continue where it stopped
             got = part.stat().st_size
-            if remote.size in (None, got) and _sha256(part) == remote.sha256:
+            if _whole(part, remote):
                 os.replace(part, dest)
                 log(f"{remote.name}: {got:,} bytes from {url}, SHA-256 checked")
                 return
             errors.append(f"{url}: {got:,} bytes that do not match the SHA-256 shipped")
             part.unlink()
+            if before:  # continued from an earlier part, which may be what is wrong: afresh
+                continue
             break
     size = f"{remote.size:,} bytes, " if remote.size is not None else ""
     raise DataError(

@@ -191,6 +191,22 @@ def test_a_download_that_breaks_off_continues_where_it_stopped(server, tmp_path,
         assert asked == ["", f"bytes={r.size // 2}-"], asked
 
 
+def test_a_part_left_whole_is_used_and_a_wrong_one_is_fetched_afresh(server, tmp_path):
+    data = bytes(range(256)) * 40
+    good = _remote(server, "f.bin", data)
+    sizeless = fetch.Remote(good.name, None, good.sha256, good.urls)
+    dest = tmp_path / "f.bin"
+    part = tmp_path / "f.bin.part"
+    part.write_bytes(data)  # stopped after the last byte, before the check
+    fetch.download(sizeless, dest, log=lambda _: None)
+    assert dest.read_bytes() == data and not part.exists() and server.requests == []
+    dest.unlink()
+    part.write_bytes(b"\0" * len(data))  # whole length, other bytes: no prefix of the file
+    fetch.download(sizeless, dest, log=lambda _: None)
+    assert dest.read_bytes() == data and not part.exists()
+    assert [rng for _, rng in server.requests] == [f"bytes={len(data)}-", ""]
+
+
 def test_an_archive_is_unpacked_and_deleted_and_loads(server, tmp_path, monkeypatch):
     written = tmp_path / "written"
     write_cifar10(written)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, cast
 
 import numpy as np
 import torch
@@ -134,7 +134,7 @@ class Work:
     An engine turns the work into :class:`Trained` results covering the clients in their
     order; it reads nothing else of the run and writes nothing back: the round does that
     (:meth:`Rounds.collect`), and tells a remote engine which updates it kept
-    (:meth:`Engine.commit`)."""
+    (:meth:`RemoteEngine.commit`)."""
 
     algorithm: Algorithm
     task: Task
@@ -178,10 +178,7 @@ class Engine(Protocol):
     """How a round's clients are trained: ``train(work)`` yields :class:`Trained` results
     covering the clients of :class:`Work`, in the round's order. An engine may bring its own
     client store (``store``, Flower's remote one, which the federation's rounds then keep) and
-    may lose replies (``remote``). A remote engine's clients keep their own states: after the
-    round has collected each result, it tells the engine which of those clients' updates it
-    kept (``commit``), whose clients then keep their new state; a local engine is never told
-    (the round's store has them)."""
+    may lose replies (``remote``: then it is a :class:`RemoteEngine`)."""
 
     name: str
     store: ClientStore | None
@@ -189,11 +186,18 @@ class Engine(Protocol):
 
     def train(self, work: Work) -> Iterator[Trained]: ...
 
-    def commit(self, work: Work, trained: Trained, kept: list[int]) -> None:
-        """A remote engine: of ``trained``'s clients, the round kept the updates of ``kept``."""
-
     def close(self) -> None:
         """Release what the engine started (Flower's simulation); the run calls it at its end."""
+
+
+class RemoteEngine(Engine, Protocol):
+    """An engine whose clients keep their own states (``remote`` true: Flower's): after the
+    round has collected each result, it tells the engine which of those clients' updates it
+    kept (``commit``), whose clients then keep their new state. A local engine is never told
+    (the round's store has the states)."""
+
+    def commit(self, work: Work, trained: Trained, kept: list[int]) -> None:
+        """Of ``trained``'s clients, the round kept the updates of ``kept``."""
 
 
 EMPTY_ROUND = {"train_loss": float("nan"), "participants": 0.0, "skipped_clients": 0.0}
@@ -258,7 +262,7 @@ class Rounds:
         for trained in self.engine.train(opened.work):
             kept = self.collect(opened, trained)
             if self.engine.remote:
-                self.engine.commit(opened.work, trained, kept)
+                cast(RemoteEngine, self.engine).commit(opened.work, trained, kept)
         return self.close(server_state, opened)
 
     def empty_metrics(self) -> dict[str, float]:
@@ -391,6 +395,7 @@ __all__ = [
     "Dropped",
     "Engine",
     "OpenRound",
+    "RemoteEngine",
     "Rounds",
     "Trained",
     "UplinkStack",

@@ -52,12 +52,13 @@ def _writer(user: str, x: np.ndarray, y: np.ndarray, bad: str, fix: str) -> Writ
     """One writer's samples checked (None for a writer without any), pixels as ``uint8``."""
     if len(y) == 0:
         return None
-    if x.shape[1:] == (28, 28):
+    shape = x.shape
+    if shape[1:] == (28, 28):
         x = x.reshape(len(x), _PIXELS)
     if x.ndim != 2 or x.shape[1] != _PIXELS or y.ndim != 1 or len(x) != len(y):
         raise DataError(
-            f"{bad} (user {user!r}: 'x' must be a list of {_PIXELS}-value images, one per "
-            f"label in 'y'; got x of shape {x.shape} and {y.size} labels); {fix}"
+            f"{bad} (user {user!r}: one {_PIXELS}-value (28x28) image per label is needed; "
+            f"got images of shape {shape} and {y.size} labels); {fix}"
         )
     if np.any(y != np.round(y)) or y.min() < 0 or y.max() >= len(FEMNIST_CLASSES):
         raise DataError(f"{bad} (user {user!r}: labels must be ints in 0..61); {fix}")

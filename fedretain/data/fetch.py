@@ -276,8 +276,8 @@ def _attempt(url: str, part: Path, size: int | None) -> None:
     with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
         mode = "ab" if have and response.status == 206 else "wb"  # 200: the server restarts
         start = have if mode == "ab" else 0
-        length = response.headers.get("Content-Length")
-        expect = size if size is not None else (start + int(length) if length else None)
+        length = response.headers.get("Content-Length", "")
+        expect = size if size is not None else (start + int(length) if length.isdigit() else None)
         with open(part, mode) as f:
             while block := response.read(CHUNK):
                 f.write(block)

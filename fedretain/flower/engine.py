@@ -172,7 +172,9 @@ class FlowerEngine:
             self._finalizer = weakref.finalize(self, self.simulation.close)
             self.federation = self.simulation.start()
             self.store.hand_back()  # a new simulation's nodes start empty
-        nodes = NodeMap(self.federation.grid, self.num_clients, self.reply_timeout)
+        nodes = NodeMap(
+            self.federation.grid, self.num_clients, self.reply_timeout, self.federation.check
+        )
         try:
             nodes.wait_for_all(self.reply_timeout)
         except BaseException:
@@ -208,7 +210,7 @@ class FlowerEngine:
         result for the whole round."""
         federation = self.connect()
         sent = self.messages(work, federation.client_threads)
-        replies = exchange(federation.grid, sent.messages, self.reply_timeout)
+        replies = exchange(federation.grid, sent.messages, self.reply_timeout, federation.check)
         yield self.decode(sent, replies)
 
     def messages(self, work: Work, threads: int = 0) -> Sent:
@@ -333,7 +335,7 @@ class FlowerEngine:
                 )
             )
             clients.append(cid)
-        replies = exchange(federation.grid, messages, self.reply_timeout)
+        replies = exchange(federation.grid, messages, self.reply_timeout, federation.check)
         out: dict[int, Tree] = {}
         for cid, reply in by_client(messages, clients, replies):
             if reply.has_error():

@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.constant import ErrorCode
@@ -42,11 +42,14 @@ class FederationError(FedRetainError):
 
 @dataclass
 class SuperNodes:
-    """The nodes running the ClientApps: a Grid to reach them, and the torch threads each
-    ClientApp should use (0: the node's default)."""
+    """The nodes running the ClientApps: a Grid to reach them, the torch threads each
+    ClientApp should use (0: the node's default), and ``check``, which raises once the nodes
+    can no longer answer (a simulation whose runtime stopped), so that no one waits out a
+    reply deadline for them."""
 
     grid: Grid
     client_threads: int = 0
+    check: Callable[[], None] = field(default=lambda: None, repr=False)
 
 
 _CURRENT: ContextVar[SuperNodes | None] = ContextVar("fedretain_flower_federation", default=None)
@@ -67,12 +70,18 @@ def current_federation() -> SuperNodes | None:
     return _CURRENT.get()
 
 
-def exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
+def exchange(
+    grid: Grid,
+    messages: list[Message],
+    timeout: float,
+    check: Callable[[], None] = lambda: None,
+) -> list[Message]:
     """Push ``messages`` and collect their replies until all came back or ``timeout`` seconds
     passed. Messages get their ids on push (``msg.metadata.message_id``); replies that never
-    came are simply absent."""
+    came are simply absent. ``check`` (:attr:`SuperNodes.check`) is called while waiting."""
     if not messages:
         return []
+    check()
     pending = {mid for mid in grid.push_messages(messages) if mid}
     deadline = time.monotonic() + timeout
     replies: list[Message] = []
@@ -88,6 +97,7 @@ def exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Messag
             break
         wait = 0.02 if got else min(wait * 1.5, 0.1)  # a reply waits at most 0.1 s here
         time.sleep(min(wait, left))
+        check()
     return replies
 
 
@@ -128,8 +138,15 @@ def error_text(reply: Message) -> str:
 class NodeMap:
     """Which SuperNode holds which partition (client id), found by asking each new node."""
 
-    def __init__(self, grid: Grid, num_clients: int, timeout: float) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        num_clients: int,
+        timeout: float,
+        check: Callable[[], None] = lambda: None,
+    ) -> None:
         self.grid = grid
+        self.check = check
         self.num_clients = num_clients
         self.timeout = timeout
         self.node_of: dict[int, int] = {}  # partition -> node id
@@ -153,7 +170,7 @@ class NodeMap:
             )
             for n in new
         ]
-        replies = exchange(self.grid, messages, self.timeout)
+        replies = exchange(self.grid, messages, self.timeout, self.check)
         dst = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         self.asked |= set(new)  # asked once: a node that cannot answer is not waited for again
         answered = set()
@@ -197,6 +214,7 @@ class NodeMap:
         """Refresh until every partition has a node; raise after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
+            self.check()
             self.refresh(strict=True)
             missing = [p for p in range(self.num_clients) if p not in self.node_of]
             if not missing:

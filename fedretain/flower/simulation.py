@@ -170,12 +170,27 @@ class FlowerSimulation:
             except queue.Empty:
                 if not self._thread.is_alive() or time.monotonic() > deadline:
                     self.close()
-                    why = f": {self._error}" if self._error else ""
-                    raise FedRetainError(f"Flower's simulation engine did not start{why}") from None
+                    raise FedRetainError(
+                        f"Flower's simulation engine did not start{self._why()}"
+                    ) from None
         threads = max(1, int(self.client_cpus))
-        self.federation = SuperNodes(grid, client_threads=threads)
+        self.federation = SuperNodes(grid, client_threads=threads, check=self.check)
         self.startup_seconds = time.perf_counter() - started
         return self.federation
+
+    def _why(self) -> str:
+        """``": "`` and the first cause of the runtime's failure (Ray's own words), if any."""
+        error = self._error
+        while error is not None and error.__cause__ is not None:
+            error = error.__cause__
+        return f": {type(error).__name__}: {error}" if error is not None else ""
+
+    def check(self) -> None:
+        """Raise once the simulation's runtime has stopped (Ray failed to start or crashed, or
+        :meth:`close` ran): its SuperNodes will not answer, and a round should not wait out
+        its reply deadline for them."""
+        if self._thread is None or not self._thread.is_alive():
+            raise FedRetainError(f"Flower's simulation engine stopped{self._why()}")
 
     def close(self) -> None:
         """End the ServerApp; Flower then stops Ray and its actors. Safe to call twice."""

@@ -5,12 +5,14 @@ messages, the records, the client-state commit rule and what a lost reply costs,
 (differences of 0.0 against the sequential engine).
 """
 
+import dataclasses
+
 import pytest
 
 pytest.importorskip("flwr", reason="needs Flower (flwr is not installed)")
 import torch
 
-from fedretain.errors import ConfigError, DivergenceError
+from fedretain.errors import ConfigError, DivergenceError, FedRetainError
 from fedretain.experiments.checkpoint import load_checkpoint
 from fedretain.experiments.run import run_experiment
 from fedretain.files import read_jsonl
@@ -117,6 +119,24 @@ def test_a_node_that_left_is_a_lost_reply_and_a_missing_partition_is_a_clear_err
         pytest.raises(FederationError, match=r"no SuperNode holds partition\(s\) 2 after 1 s"),
     ):
         build(config(engine="flower", engine__reply_timeout=1.0))
+
+
+def test_nodes_that_stopped_end_the_round_without_waiting_out_the_deadline():
+    """A simulation whose runtime stopped mid-round (Ray crashed) says so through the
+    federation's ``check``: the round raises its error instead of waiting 600 s for K's reply."""
+    federation, grid = inline_federation(4)
+    grid.drop.add((0, K))  # K's reply never comes: without the check the round would wait
+
+    def check() -> None:
+        if any(kind == "train" for kind, _ in grid.sent):
+            raise FedRetainError("Flower's simulation engine stopped: the runtime crashed")
+
+    federation = dataclasses.replace(federation, check=check)
+    cfg = config(algorithm="fedavg", engine="flower", engine__reply_timeout=600.0)
+    fed, rounds = build(cfg, federation)  # start-up asks for partitions only: no train yet
+    state = fed.algorithm.server_init(*fed.task.init())
+    with pytest.raises(FedRetainError, match="simulation engine stopped: the runtime crashed"):
+        rounds.run_round(state, 0, 0.1, clients=[0, 1, K])
 
 
 def test_nodes_of_another_federation_size_are_refused():

@@ -1,4 +1,4 @@
-"""The TCE presets: tce-table1's runs pinned (a compute job runs them from a snapshot),
+"""The TCE presets: tce-table1's runs pinned (results/tce-table1 commits them),
 tce-cifar100 and tce-femnist (Table 1's other columns, App. Table 2), the paper's setting at
 paper scale, the claims both of the paper's tables support, and the ci runs."""
 
@@ -22,8 +22,9 @@ PINNED_DATA = {
 }
 # sha256 (first 16 hex digits) of tce_table1's base and runs (setting, method, seed, overrides,
 # series, x, folder; dicts in order), seeds 0-2, taken from tce.py at f6fd03c before
-# tce-cifar100 and tce-femnist shared its code: a compute job runs these very runs (small; ci
-# is a smoke test of its own, whose settings may change)
+# tce-cifar100 and tce-femnist shared its code: results/tce-table1 commits these very runs
+# (small), so a change here leaves the committed report describing other runs (ci is a smoke
+# test of its own, whose settings may change)
 PINNED = {
     ("small", "standin"): "1bd8a696bf3b944c",
     ("small", "given"): "43e2491fffa4a1ae",

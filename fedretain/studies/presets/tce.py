@@ -421,8 +421,10 @@ def tce_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     local steps, evaluated every 10 rounds (a test pass over 10,000 images takes 6-13 s on one
     core). ``ci``: scikit-learn's 8x8 digits. Beside the paper's three variants, FedAvg with
     BatchNorm, for the claim that TCE is robust to BN where FedAvg degrades. Measured on
-    2 cores with ``--jobs 2`` (2026-11-26): the 32 runs of 1 seed took 53 minutes (6,072 s of
-    training in all, 170-240 s a run): about 2.5 hours for 3 seeds.
+    2 cores with ``--jobs 2``: the 32 runs of 1 seed took 53 minutes on 2026-11-26 (6,072 s of
+    training in all, 170-240 s a run); the last 34 α = 0.01 runs took 400-490 s a run on
+    2026-11-29 (the same work per round at both α; the machines drift): 3 to 6 hours for
+    the 96 runs of 3 seeds.
     """
     lrs = tce_lrs(scale)
     base = tce_base(scale, data)
@@ -523,6 +525,9 @@ PRESETS.add(
     dataset="cifar10",
     standin="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 2.5 h (3 seeds, --jobs 2; 6,072 s of training for 1 seed, measured 2026-11-26)",
+    estimate=(
+        "about 3-6 h (3 seeds, --jobs 2; 170-240 s a run measured 2026-11-26, "
+        "400-490 s on 2026-11-29)"
+    ),
     paper="TCE (Legate et al., 2023)",
 )

@@ -652,6 +652,10 @@ def summary(parts: Partition, labels: np.ndarray, num_classes: int, rows: int = 
     lines.append(
         f"classes per client: min {ncls.min()} / median {np.median(ncls):g} / max {ncls.max()}"
     )
+    by = np.bincount(ncls)  # clients holding k classes (one class: a truncated softmax is 0)
+    held = [f"{k}: {int(c)}" for k, c in enumerate(by[:11]) if c]
+    held += [f"more than 10: {int(by[11:].sum())}"] if by[11:].sum() else []
+    lines.append("clients holding k classes: " + ", ".join(held))
     shown = min(rows, num_clients)
     width = len(str(num_clients - 1))
     if num_classes <= 20:

@@ -642,6 +642,13 @@ def test_summary(mnist_labels):
     assert lines[1].startswith("samples per client: min ")
     assert "median" in lines[1] and "mean" in lines[1] and "max" in lines[1]
     assert lines[2].startswith("classes per client: min ")
+    held = dict(
+        kv.split(": ") for kv in lines[3].removeprefix("clients holding k classes: ").split(", ")
+    )
+    ncls = (class_counts(parts, mnist_labels, 10) > 0).sum(axis=1)
+    assert {int(k): int(v) for k, v in held.items()} == {
+        int(k): int((ncls == k).sum()) for k in np.unique(ncls)
+    }
     assert sum(line.lstrip().startswith("client ") for line in lines) == 10
     assert lines[-1] == "  ... 90 more clients"
 
@@ -652,6 +659,7 @@ def test_summary_many_classes_and_few_clients():
     text = summary(parts, y, 62)
     assert text.startswith("3 clients")
     assert "more clients" not in text
+    assert "\nclients holding k classes: more than 10: 3\n" in text
     assert sum(line.lstrip().startswith("client ") for line in text.splitlines()) == 3
     assert summary([], y, 62).startswith("0 clients")
 

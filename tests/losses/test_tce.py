@@ -51,6 +51,17 @@ def test_absent_class_logits_get_zero_gradient_for_every_example():
     assert torch.all(g[:, mask].abs().sum(dim=0) > 0)
 
 
+def test_a_client_of_one_class_has_zero_loss_and_zero_gradient():
+    """The softmax over a single class is 1 whatever the logits: such a client does not train
+    (tce-table1's note at α=0.01, where many clients hold one class)."""
+    z = torch.randn(4, 5, requires_grad=True)
+    mask = torch.tensor([False, False, True, False, False])
+    loss = tce(z, torch.full((4,), 2), mask)
+    assert torch.all(loss == 0)
+    (g,) = torch.autograd.grad(loss.sum(), z)
+    assert torch.all(g == 0)
+
+
 def test_equals_ce_when_every_class_is_present():
     z = torch.randn(8, 4)
     y = torch.randint(0, 4, (8,))

@@ -7,6 +7,7 @@ client or a benchmark needs, and no engine.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,8 @@ from fedretain.losses import get_loss
 from fedretain.models import build_model
 from fedretain.recipe.config import Config, privacy_mechanism
 from fedretain.registry import kind
+
+log = logging.getLogger("fedretain")
 
 
 class StaticScenario:
@@ -237,6 +240,8 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
             f"training data (first: client {empty[0]}); use fewer clients or a partition "
             "parameter that guarantees samples (e.g. partition.min_samples=1)"
         )
+    if cfg.loss == "tce" and continual is None:
+        warn_single_class(parts, dataset)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, **cfg.model_params)
     dtype = torch.float64 if cfg.precision == "fp64" else torch.float32
@@ -279,6 +284,26 @@ def build_federation(cfg: Config, data_dir: str | None = None) -> Federation:
         privacy=privacy,
         scenario=scenario,
     )
+
+
+def warn_single_class(parts: list[np.ndarray], dataset: Dataset) -> int:
+    """Warn when clients hold a single class under ``loss=tce``: its softmax runs over the
+    client's own classes, so their loss is 0 and they send back the global model unchanged.
+    Returns how many such clients there are."""
+    labels = dataset.train_labels
+    if labels.dtype.kind == "f":  # regression targets: no label set
+        return 0
+    one = sum(len(np.unique(labels[p])) == 1 for p in parts)
+    if one:
+        log.warning(
+            "%d of %d clients hold a single class: with loss=tce their loss is 0 (the softmax "
+            "runs over their own classes), so they do not train and send back the global model "
+            "unchanged; loss=ce, or a partition that gives every client two classes or more, "
+            "trains them",
+            one,
+            len(parts),
+        )
+    return one
 
 
 def continual_data(cfg: Config, dataset: Dataset) -> ContinualData | None:

@@ -1,6 +1,7 @@
 """Truncated cross-entropy: values and gradients by hand, the label mask the engines pass, and
 ``loss=tce`` with every algorithm that trains with a task loss."""
 
+import logging
 import math
 
 import numpy as np
@@ -60,6 +61,20 @@ def test_a_client_of_one_class_has_zero_loss_and_zero_gradient():
     assert torch.all(loss == 0)
     (g,) = torch.autograd.grad(loss.sum(), z)
     assert torch.all(g == 0)
+
+
+def test_a_tce_run_warns_about_its_clients_of_one_class(caplog):
+    """shards of one class per client: every client's TCE loss is 0, and the run says so."""
+    base = {"dataset": "digits", "model": "mlp", "clients": 10, "partition": "shards"}
+    one = {**base, "loss": "tce", "partition.classes_per_client": 1}
+    with caplog.at_level(logging.WARNING, logger="fedretain"):
+        build_rounds(make_config(one))
+    assert "10 of 10 clients hold a single class: with loss=tce their loss is 0" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fedretain"):
+        build_rounds(make_config({**one, "partition.classes_per_client": 2}))
+        build_rounds(make_config({**one, "loss": "ce"}))
+    assert "single class" not in caplog.text
 
 
 def test_equals_ce_when_every_class_is_present():

@@ -17,10 +17,13 @@ from fedretain.studies.presets.bench import (
 DATA = Data("fashion-mnist", "", "fashion-mnist")
 
 
-def test_the_paper_scale_runs_every_method_on_every_rung_at_both_participations():
+def test_every_method_runs_on_every_rung_at_both_participations_but_tce_on_one_class():
     plan = PRESETS.get("forgetting-bench").factory("paper", [0, 1, 2], DATA)
-    assert len(plan.runs) == 9 * 10 * 3
+    assert len(plan.runs) == (9 * 10 - 2) * 3  # FedAvg+TCE not on the two 1-shard settings
     assert len(plan.settings()) == 10
+    tce = {s.setting for s in plan.runs if s.method == "FedAvg+TCE"}
+    assert tce == set(plan.settings()) - {"1 shard, 10 %", "1 shard, full"}
+    assert any("FedAvg+TCE is not run on the 1-shard rungs" in n for n in plan.notes)
     for spec in plan.runs:
         cfg = {**plan.base, **spec.overrides}
         rung, share = spec.setting.split(", ")

@@ -224,9 +224,10 @@ class Forgetting:
             values = [r[key] for r in rows if key in r]
             return float(np.mean(values)) if values else None
 
+        f_k = [v for r in self.records for v in r["F_k"] if np.isfinite(v)]  # n > 1 rounds
         out = {
             "loss_increase_mean": mean("loss_increase_mean"),
-            "F_k_mean": float(np.nanmean([v for r in self.records for v in r["F_k"]])),
+            "F_k_mean": float(np.mean(f_k)) if f_k else None,
         }
         if any("loss_increase_ref_mean" in r for r in rows):
             out["loss_increase_ref_mean"] = mean("loss_increase_ref_mean")

@@ -1,6 +1,7 @@
 """Forgetting diagnostics: FedReg's loss(t-1)/loss(t) and TCE's F_ki, by hand and in a run."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -53,6 +54,22 @@ def test_loss_increase_and_f_matrix_by_hand():
     # 2 - 5 < 0 -> class 0, wrong; client 3 (x=-2, class 0) under local 2: -2 + 5 > 0, wrong
     assert rec["F"] == [[0.0, -1.0], [-1.0, 0.0]]
     assert rec["F_k"] == [-1.0, -1.0] and rec["F_on"] == "train"
+
+
+def test_rounds_of_one_client_have_no_f_k_mean():
+    """F_k compares a client with the other clients of its round: with one client a round
+    there is none, and the summary says None (no NaN, no warning)."""
+    task = Task(nn.Linear(1, 2), get_loss("ce"), 2)
+    ds = Dataset("pts", X, Y, X, Y, num_classes=2)
+    diag = Forgetting(task, ds, PARTS, None)
+    diag.round(0, _model(1.0, 0.0), {0: _model(1.0, 0.0)})
+    diag.round(1, _model(1.0, 0.0), {1: _model(1.0, 5.0)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = diag.summary()
+    assert summary["F_k_mean"] is None and summary["loss_increase_mean"] is not None
+    diag.round(2, _model(1.0, 0.0), {2: _model(1.0, 5.0), 3: _model(1.0, -5.0)})
+    assert diag.summary()["F_k_mean"] == -1.0  # the one round of two clients alone
 
 
 DIGITS = {

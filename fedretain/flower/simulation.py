@@ -179,7 +179,7 @@ class FlowerSimulation:
         return self.federation
 
     def _why(self) -> str:
-        """``": "`` and the first cause of the runtime's failure (Ray's own words), if any."""
+        """``": "`` and the root cause of the runtime's failure (Ray's own words), if any."""
         error = self._error
         while error is not None and error.__cause__ is not None:
             error = error.__cause__

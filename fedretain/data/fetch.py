@@ -63,6 +63,9 @@ class Source:
     files: tuple[Remote, ...]
     present: tuple[str, ...]  # paths (relative to the folder) that show the data are there
     origin: str  # the publisher and where the sums were read
+    # other layouts the loader reads as well, placed by hand (glob patterns; any one whole
+    # counts as there)
+    layouts: tuple[tuple[str, ...], ...] = ()
 
 
 def _mnist_like(base_urls: Sequence[str], sums: dict[str, tuple[int, str]]) -> tuple[Remote, ...]:
@@ -213,6 +216,7 @@ SOURCES: dict[str, Source] = {
         ("fed_emnist_train.h5", "fed_emnist_test.h5"),
         "TensorFlow Federated's build of LEAF's FEMNIST (www.tensorflow.org/federated); "
         "sum: TFF's loader",
+        (("train/*.json", "test/*.json"),),  # LEAF's own output
     ),
 }
 
@@ -243,7 +247,10 @@ def source(name: str) -> Source:
 def present(name: str, folder: Path) -> bool:
     """Whether ``folder`` holds what :data:`SOURCES` says shows dataset ``name`` is there."""
     src = SOURCES[name]
-    return folder.is_dir() and all((folder / p).exists() for p in src.present)
+    return folder.is_dir() and any(
+        all(next(folder.glob(p), None) is not None for p in paths)
+        for paths in (src.present, *src.layouts)
+    )
 
 
 def present_in(name: str, folder: Path) -> bool:

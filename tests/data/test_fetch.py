@@ -22,7 +22,7 @@ from fedretain.data import fetch
 from fedretain.data.datasets import fetch_source, load_dataset
 from fedretain.errors import ConfigError, DataError
 from tests.data.test_data_cifar import write_cifar10
-from tests.data.test_data_leaf import make_tff
+from tests.data.test_data_leaf import make_femnist, make_tff
 from tests.data.test_datasets import write_mnist_like
 
 
@@ -255,6 +255,20 @@ def test_femnist_arrives_as_tffs_bz2_archive_without_a_size_and_loads(
     server.files["/d/x"] = data
     with pytest.raises(DataError, match=r"place fed_emnist\.tar\.bz2 \(SHA-256 (ab)+, from"):
         fetch.download(wrong, tmp_path / "fed_emnist.tar.bz2", log=lambda _: None)
+
+
+def test_leafs_own_json_placed_by_hand_counts_as_femnist_and_is_not_fetched(tmp_path, capsys):
+    root = tmp_path / "datasets"
+    (root / "femnist" / "train").mkdir(parents=True)  # a folder without its JSON is not data
+    assert not fetch.present("femnist", root / "femnist")
+    make_femnist(root / "femnist")
+    assert main(["data", "list", "--dir", str(root)]) == 0
+    listed = dict(ln.split(None, 1) for ln in capsys.readouterr().out.splitlines())
+    assert listed["femnist"] == f"present: data_dir={root / 'femnist'}"
+    log: list[str] = []
+    assert fetch.get("femnist", root, log=log.append) == root / "femnist"  # no request made
+    assert log == ["fed_emnist.tar.bz2: its files are here already (unpacked by hand: not checked)"]
+    assert load_dataset("femnist", root / "femnist").y_train.tolist()[:3] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("kind", ["zip", "tar"])

@@ -40,6 +40,10 @@ class FederationError(FedRetainError):
     """The SuperNodes do not match the run: partitions missing, duplicated or out of range."""
 
 
+def always_up() -> None:
+    """The :attr:`SuperNodes.check` of nodes that nothing stops from outside (deployed ones)."""
+
+
 @dataclass
 class SuperNodes:
     """The nodes running the ClientApps: a Grid to reach them, the torch threads each
@@ -49,7 +53,7 @@ class SuperNodes:
 
     grid: Grid
     client_threads: int = 0
-    check: Callable[[], None] = field(default=lambda: None, repr=False)
+    check: Callable[[], None] = field(default=always_up, repr=False)
 
 
 _CURRENT: ContextVar[SuperNodes | None] = ContextVar("fedretain_flower_federation", default=None)
@@ -74,7 +78,7 @@ def exchange(
     grid: Grid,
     messages: list[Message],
     timeout: float,
-    check: Callable[[], None] = lambda: None,
+    check: Callable[[], None] = always_up,
 ) -> list[Message]:
     """Push ``messages`` and collect their replies until all came back or ``timeout`` seconds
     passed. Messages get their ids on push (``msg.metadata.message_id``); replies that never
@@ -143,7 +147,7 @@ class NodeMap:
         grid: Grid,
         num_clients: int,
         timeout: float,
-        check: Callable[[], None] = lambda: None,
+        check: Callable[[], None] = always_up,
     ) -> None:
         self.grid = grid
         self.check = check

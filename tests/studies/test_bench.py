@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fedretain.studies.presets import PRESETS, Data
+import pytest
+
+from fedretain.studies.presets import PRESETS, Data, bench
 from fedretain.studies.presets.bench import (
     BENCH_LADDER,
     BENCH_METHODS,
@@ -51,15 +53,24 @@ def test_every_method_is_tuned_on_the_same_grid_budget_and_a_seed_no_evaluation_
     assert tune.base["val_fraction"] > 0
 
 
-def test_the_committed_choices_reach_every_run_and_their_absence_is_said(tmp_path: Path):
+def test_the_committed_choices_reach_every_run_and_their_absence_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     chosen = {"FedProx": {"lr": 0.1, "algo.mu": 0.01}, "FedAvg": {"lr": 0.3}}
     entry = {m: {"chosen": c, "grid": {}, "points": 4, "edge": []} for m, c in chosen.items()}
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps({"forgetting-bench": {"settings": {BENCH_TUNED_ON: entry}}}))
     assert {t.method: t.chosen for t in bench_tuned(path)} == chosen
     assert bench_tuned(tmp_path / "none.json") == []
+    shipped = {t.method: t.chosen for t in bench_tuned()}  # the package's tuned.json
+    assert set(shipped) == set(BENCH_METHODS)
     plan = PRESETS.get("forgetting-bench").factory("small", [0], DATA)
-    assert plan.tuning_note.startswith("Not tuned yet")  # no committed study in the package
+    for run in plan.runs:
+        assert {k: run.overrides[k] for k in shipped[run.method]} == shipped[run.method]
+    assert plan.tuning_note.startswith("Each method's learning rate and own hyper-parameter")
+    monkeypatch.setattr(bench, "bench_tuned", lambda path=None: [])  # no study shipped
+    plan = PRESETS.get("forgetting-bench").factory("small", [0], DATA)
+    assert plan.tuning_note.startswith("Not tuned yet")
     assert plan.tuning_note in plan.notes
 
 

@@ -97,9 +97,13 @@ def test_a_point_is_scored_by_its_last_evaluations_or_its_rounds_to_a_target():
         Criterion().score([{"round": 1, "test_accuracy": 0.5}])
 
 
-@pytest.mark.parametrize("preset", ["demo", "fedcurv-table1"])
+@pytest.mark.parametrize("preset", ["demo", "fedcurv-table1", "forgetting-bench"])
 def test_the_package_ships_the_committed_tuning_reports_choices(preset):
-    source = {"demo": "demo-tune", "fedcurv-table1": "fedcurv-tune"}[preset]
+    source = {
+        "demo": "demo-tune",
+        "fedcurv-table1": "fedcurv-tune",
+        "forgetting-bench": "forgetting-bench-tune",
+    }[preset]
     committed = ROOT / "results" / source / "choices.json"
     if not committed.is_file():
         pytest.skip(f"results/{source} is not committed in this checkout")

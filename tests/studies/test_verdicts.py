@@ -29,6 +29,7 @@ from fedretain.studies.presets import (
     at_most,
     fewer,
     higher,
+    highest,
     ranking,
 )
 from fedretain.studies.reproduce import Job, Outcome, Results, claims_section, judge
@@ -185,6 +186,31 @@ def test_within_the_spread_is_undecided_with_the_seeds_it_would_need():
     assert j.verdict == "undecided" and j.means is True and j.agreeing() == "2 of 3"
     assert "within the seeds' spread (on the means it holds; held on 2 of 3" in j.why
     assert j.decide.startswith("about ") and "seeds at this gap and spread (now 3)" in j.decide
+
+
+def test_an_every_claim_leaning_against_needs_the_seeds_of_the_one_comparison_against_it():
+    # "A above every other": A leads B by 3 points on the means (noisy: many seeds would be
+    # needed), C leads A by 10 (fewer seeds would show it): C alone decides the claim
+    plan = plan_of(["A", "B", "C"])
+    a, b, c = [0.70, 0.55, 0.64], [0.60, 0.60, 0.60], [0.82, 0.59, 0.78]
+    finals = {("s", "A"): a, ("s", "B"): b, ("s", "C"): c}
+    j = one(Claim("A above every other", highest("s", "A", ["B", "C"])), plan, finals)
+    assert j.verdict == "undecided" and j.means is False and j.agreeing() == "0 of 3"
+    against, towards = below(c, a, threshold_of("final")), below(b, a, threshold_of("final"))
+    assert against.status == towards.status == OPEN
+    assert against.seeds is not None and towards.seeds is not None
+    assert against.seeds < towards.seeds
+    assert j.decide == f"about {against.seeds} seeds at this gap and spread (now 3)"
+    assert j.why.index("A > C") < j.why.index("A > B")  # the deciding comparison first
+    # leaning towards it on every comparison: all must be decided, the most seeds of them
+    d = [0.50, 0.62, 0.55]
+    finals = {("s", "A"): a, ("s", "B"): b, ("s", "C"): d}
+    j = one(Claim("A above every other", highest("s", "A", ["B", "C"])), plan, finals)
+    lead = below(d, a, threshold_of("final"))
+    assert j.verdict == "undecided" and j.means is True and lead.status == OPEN
+    assert (
+        j.decide == f"about {max(lead.seeds, towards.seeds)} seeds at this gap and spread (now 3)"
+    )
 
 
 def test_one_seed_decides_nothing():

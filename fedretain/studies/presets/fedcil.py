@@ -50,9 +50,10 @@ def fedcil_table1(scale: str, seeds: list[int], data: Data) -> Plan:
     the claim at CPU scale, FedAvg, the replay baselines (FedAvg+ACGAN, FedProx+ACGAN,
     FedAvg+DGR) and FedCIL, 5 rounds of 80 iterations per task (4.4x small's training),
     consolidation 20 steps of 16, the generators' Fréchet distance recorded
-    (``diagnostics=generator_quality``); measured about 1.7 min (FedAvg), 9.5 min
-    (FedAvg+ACGAN) and 18 min (FedCIL) per run, two at a time on 2 cores (2026-11-26): about
-    3 hours for 3 seeds and both settings with the two replay baselines added (estimated).
+    (``diagnostics=generator_quality``); measured about 1 min (FedAvg), 6 min (FedAvg+ACGAN,
+    FedProx+ACGAN), 7.3 min (FedAvg+DGR) and 11.5 min (FedCIL) per run, two at a time on 2
+    cores: 30 runs, 11,492 s of training, about 1.5 hours for 3 seeds and both settings
+    (results/fedcil-table1-medium, 2026-11-30).
     """
     base = {
         **data_keys(data),

@@ -133,6 +133,37 @@ def outcome(c: Compared, b: Below, seeds: int) -> bool | None:
     return supported if c.want else not supported
 
 
+def leaning(c: Compared, b: Below) -> bool:
+    """An open comparison's outcome, in the claim's terms, were more seeds to decide it the
+    way its mean gap leans (toward the threshold or away from it)."""
+    supported = b.gap >= b.tau
+    return supported if c.want else not supported
+
+
+def deciders(
+    claim: Claim, mean: Any, compared: list[tuple[Compared, Below]], seeds: int
+) -> tuple[list[int], bool]:
+    """The open comparisons that would decide an undecided ``claim`` (indices into
+    ``compared``), and whether any one of them would: those each of which, decided the way it
+    leans, decides the claim alone ("every baseline" is decided by the one baseline leaning
+    above it), the fewest seeds first; else every open one (all must be decided), the most
+    seeds first."""
+    fixed = [outcome(c, b, seeds) for c, b in compared]
+    opened = [i for i, o in enumerate(fixed) if o is None]
+
+    def decides(i: int) -> bool:
+        outs = [leaning(*compared[i]) if j == i else o for j, o in enumerate(fixed)]
+        with replayed(outs):
+            return claim.check(mean) is not None
+
+    def seeds_of(i: int) -> float:
+        k = compared[i][1].seeds
+        return math.inf if k is None else k
+
+    alone = sorted((i for i in opened if decides(i)), key=seeds_of)  # the quickest first
+    return (alone, True) if alone else (sorted(opened, key=seeds_of, reverse=True), False)
+
+
 def finite(x: float | None, last: int) -> float | None:
     """A rounds-to value for the spread: never reached counts as one round after the last."""
     return last + 1.0 if x == INF else x
@@ -357,8 +388,13 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
             base.verdict = NOT_RUN
         return base
     if result is None:
-        opened = [(c, b) for c, b in compared if outcome(c, b, n) is None]
-        needed = [b.seeds for _, b in opened]
+        deciding, any_one = deciders(claim, mean, compared, n)
+        rest = [i for i, cb in enumerate(compared) if outcome(*cb, n) is None]
+        opened = [compared[i] for i in deciding + [i for i in rest if i not in deciding]]
+        needed = [compared[i][1].seeds for i in deciding]
+        known = [k for k in needed if k is not None]
+        # any one of them decides it: the fewest seeds; all are needed: the most
+        count = min(known, default=None) if any_one else max(known) if known == needed else None
         lean = "holds" if means else "does not hold"
         detail = "; ".join(compared_text(c, b) for c, b in opened[:2])
         base.within = True
@@ -368,13 +404,13 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
         )
         if any(b.n < len(seeds) for _, b in opened):
             base.decide = "a value on every seed (some seeds' comparisons do not pair up)"
-        elif any(n is None for n in needed):
+        elif count is None:
             base.decide = (
                 f"more than {MOST_SEEDS} seeds at this gap and spread: a larger gap or a "
                 "sturdier measure"
             )
         else:
-            base.decide = f"about {max(needed)} seeds at this gap and spread (now {len(seeds)})"
+            base.decide = f"about {count} seeds at this gap and spread (now {len(seeds)})"
         return base
     if result:
         c, b = max(decisive, key=lambda cb: cb[1].p or 0.0)

@@ -25,7 +25,10 @@ def test_fedcil_report_shows_each_methods_accuracy_matrix_and_generator_quality(
     fedcil = next(s for s in plan.runs if s.method == "FedCIL")
     matrix = json.loads((out / fedcil.folder / "summary.json").read_text())["accuracy_matrix"]
     text = (out / "report.md").read_text()
-    table = text[text.index("FedCIL: accuracy on each task's classes after each task") :]
+    at = text.index("FedCIL: accuracy on each task's classes after each task")
+    # under a heading of their own, not the tuning section's
+    assert text.rindex("\n## ", 0, at) == text.index("\n## More results")
+    table = text[at:]
     tasks = len(matrix)
     last = next(line for line in table.splitlines() if line.startswith(f"| task {tasks} |"))
     assert last == f"| task {tasks} | " + " | ".join(f"{a:.3f}" for a in matrix[-1]) + " |"

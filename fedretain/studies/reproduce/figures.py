@@ -169,8 +169,9 @@ def curves_figure(
 
 def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
     """Accuracy against bytes, the forgetting plot (loss increase per round), and a continual
-    preset's accuracy matrices and generator quality."""
-    lines = []
+    preset's accuracy matrices and generator quality, under their own heading (none when a
+    preset has none of them)."""
+    lines: list[str] = []
     for setting in plan.settings():
         if "bytes" in plan.plots:
             path = folder / f"accuracy_vs_bytes-{slug(setting)}.png"
@@ -180,7 +181,7 @@ def extra_plots(plan: Plan, results: Results, folder: Path) -> list[str]:
             lines += forgetting_figure(results, setting, folder)
         if "continual" in plan.plots:
             lines += continual_lines(results, setting, folder)
-    return lines
+    return ["## More results", "", *lines] if lines else []
 
 
 def forgetting_figure(results: Results, setting: str, folder: Path) -> list[str]:

@@ -393,8 +393,10 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
         opened = [compared[i] for i in deciding + [i for i in rest if i not in deciding]]
         needed = [compared[i][1].seeds for i in deciding]
         known = [k for k in needed if k is not None]
-        # any one of them decides it: the fewest seeds; all are needed: the most
-        count = min(known, default=None) if any_one else max(known) if known == needed else None
+        if any_one:  # any one of them decides it: the fewest seeds
+            count = min(known, default=None)
+        else:  # all must be decided: the most seeds, none where one is out of reach
+            count = max(known) if known and len(known) == len(needed) else None
         lean = "holds" if means else "does not hold"
         detail = "; ".join(compared_text(c, b) for c, b in opened[:2])
         base.within = True

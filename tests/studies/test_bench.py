@@ -86,7 +86,22 @@ class Seeds:
 
     def get(self, setting: str, method: str, metric: str) -> float | None:
         values = self.per_seed(setting, method, metric)
-        return sum(values) / len(values) if values else None  # type: ignore[arg-type]
+        if not values or None in values:  # a seed without a result: no mean, as the report's
+            return None
+        return sum(values) / len(values)  # type: ignore[arg-type]
+
+
+def leaderboard_rows(text: str, setting: str) -> dict[str, list[str]]:
+    """The table under ``setting``'s heading line: method -> its cells."""
+    lines = text.splitlines()
+    start = next(i for i, x in enumerate(lines) if x.startswith(f"**{setting}**"))
+    rows = {}
+    for line in lines[start + 4 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[1]] = cells
+    return rows
 
 
 def test_each_settings_leaderboard_ranks_only_gaps_beyond_the_spread_and_names_ties():
@@ -98,15 +113,29 @@ def test_each_settings_leaderboard_ranks_only_gaps_beyond_the_spread_and_names_t
                 "GradMA": {"final": [0.74, 0.73, 0.75], "loss_increase": [0.5, 0.6, 0.55]},
                 "FedAvg": {"final": [0.60, 0.62, 0.58], "loss_increase": [1.0, 1.1, 1.2]},
                 "FedProx": {"final": [0.61, 0.60, 0.59], "loss_increase": [1.1, 1.0, 1.2]},
+                "MOON": {"final": [0.70, None, 0.72]},  # a seed diverged: no mean
             }
         }
     )
     text = bench_paragraph(values, plan)
-    line = next(x for x in text.splitlines() if x.startswith(f"- **{setting}**"))
-    assert "leading (GradMA)" in line
-    assert "GradMA ranks above FedAvg and FedProx" in line
-    assert "Indistinguishable: FedAvg and FedProx." in line  # swap places by seed
-    assert "Forgot least: GradMA." in line
+    assert f"**{setting}**: leading: GradMA. Forgot least: GradMA." in text
+    rows = leaderboard_rows(text, setting)
+    assert rows["GradMA"][:5] == ["1", "GradMA", "0.740", "FedAvg and FedProx", "-"]
+    # FedAvg and FedProx swap places by seed: a shared place, each named beside the other
+    assert rows["FedAvg"][0] == rows["FedProx"][0] == "2="
+    assert rows["FedAvg"][4] == "FedProx" and rows["FedProx"][4] == "FedAvg"
+    assert rows["FedAvg"][6] == "-" and rows["GradMA"][6] == "FedAvg and FedProx"
+    assert rows["MOON"][:3] == ["-", "MOON", "no mean: 1 of 3 seeds without a result"]
+
+
+def test_a_place_below_another_needs_a_gap_beyond_the_spread_not_only_a_lower_mean():
+    from fedretain.studies.presets.plan import Ranking
+
+    # a ranks above c; b is indistinguishable from both: a and b share the first place
+    apart = {(x, y): (x, y) == ("a", "c") for x in "abc" for y in "abc"}
+    order = Ranking("final", {"a": 0.8, "b": 0.75, "c": 0.7}, apart)
+    assert order.places() == {"a": "1=", "b": "1=", "c": "3"}
+    assert order.tied_with("b") == ["a", "c"] and order.tied_with("a") == ["b"]
 
 
 def test_a_setting_at_chance_or_on_one_seed_ranks_nothing():
@@ -115,5 +144,7 @@ def test_a_setting_at_chance_or_on_one_seed_ranks_nothing():
     chance = Seeds({setting: {"FedAvg": {"final": [0.11]}, "MOON": {"final": [0.12]}}})
     assert "no method learned beyond chance; nothing is ranked" in bench_paragraph(chance, plan)
     one = Seeds({setting: {"FedAvg": {"final": [0.5]}, "MOON": {"final": [0.8]}}})
-    line = bench_paragraph(one, plan).splitlines()[-1]
-    assert "every pair is indistinguishable" in line and "leading (MOON and FedAvg)" in line
+    text = bench_paragraph(one, plan)
+    assert f"**{setting}**: leading: MOON and FedAvg." in text
+    rows = leaderboard_rows(text, setting)
+    assert rows["MOON"][0] == rows["FedAvg"][0] == "1="

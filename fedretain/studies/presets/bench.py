@@ -272,34 +272,70 @@ def _chosen(method: str, choices: list[Tuned]) -> dict[str, Any]:
 
 
 def bench_paragraph(v: Values, plan: Plan) -> str:
-    """The leaderboard of every setting: by final accuracy (the mean over the last 10 % of the
-    evaluations), the methods no other ranks above first, then every pair that ranks apart and
-    every pair that is indistinguishable (:func:`~fedretain.studies.presets.ranking`: the
-    paired gap exceeds both the seeds' spread and the practical threshold); and the method(s)
-    that forgot least by the same rule. A setting where no method learned beyond chance ranks
-    nothing."""
-    lines = []
+    """The leaderboard of every setting, a table: the methods by final accuracy (the mean over
+    the last 10 % of the evaluations) in places (:meth:`Ranking.places`: a method takes a
+    place below another only where their paired gap exceeds both the seeds' spread and the
+    practical threshold; a shared place is a tie), whom each ranks above and is
+    indistinguishable from, and the same for the loss increase on earlier clients (lower is
+    better). A method without a mean (a seed with no result) is named with why; a setting
+    where no method learned beyond chance ranks nothing."""
+    from fedretain.metrics.spread import threshold_of
+    from fedretain.studies.reproduce.markdown import table
+
+    blocks = []
     for setting in plan.settings():
         methods = plan.methods(setting)
         means = {m: x for m in methods if (x := v.get(setting, m, "final")) is not None}
         if not means:
-            lines.append(f"- **{setting}**: no run finished.")
+            blocks.append(f"**{setting}**: no run finished.")
             continue
         if max(means.values()) < 2 * plan.chance:
-            lines.append(f"- **{setting}**: no method learned beyond chance; nothing is ranked.")
+            blocks.append(f"**{setting}**: no method learned beyond chance; nothing is ranked.")
             continue
         order = ranking(v, setting, means, "final", thresholds=plan.thresholds)
         forgot = ranking(
             v, setting, methods, "loss_increase", lower=True, thresholds=plan.thresholds
         )
-        text = f"- **{setting}**: leading ({joined(order.top())}); {order.describe()}"
+        places = order.places()
+        rows = []
+        for m in order.order:
+            loss = forgot.means.get(m)
+            rows.append(
+                [
+                    places[m],
+                    m,
+                    f"{order.means[m]:.3f}",
+                    joined(order.beats(m)) if order.beats(m) else "-",
+                    joined(order.tied_with(m)) if order.tied_with(m) else "-",
+                    "-" if loss is None else f"{loss:.3f}",
+                    joined(forgot.beats(m)) if loss is not None and forgot.beats(m) else "-",
+                ]
+            )
+        for m in (m for m in methods if m not in means):
+            seeds = v.per_seed(setting, m, "final") if hasattr(v, "per_seed") else []
+            missing = sum(x is None for x in seeds)
+            why = f"no mean: {missing} of {len(seeds)} seeds without a result" if seeds else "-"
+            rows.append(["-", m, why, "-", "-", "-", "-"])
+        head = f"**{setting}**: leading: {joined(order.top())}."
         if forgot.means:
-            text += f" Forgot least: {joined(forgot.top())}."
-        lines.append(text)
+            head += f" Forgot least: {joined(forgot.top())}."
+        columns = [
+            "place",
+            "method",
+            "final acc",
+            "ranks above",
+            "indistinguishable from",
+            "loss increase",
+            "forgot less than",
+        ]
+        blocks.append("\n".join([head, "", *table(columns, rows)]))
     return (
         "Leaderboards, one per setting (means over the seeds; a method ranks above another "
-        "only where their paired gap exceeds both the seeds' spread and a practical threshold "
-        "of 1 point; every other pair is named indistinguishable):\n\n" + "\n".join(lines)
+        "only where their paired gap exceeds both the seeds' spread and a practical threshold: "
+        f"{threshold_of('final', plan.thresholds).describe()} of final accuracy, "
+        f"{threshold_of('loss_increase', plan.thresholds).describe()} of the loss increase; "
+        "every other pair is indistinguishable, and the methods no method left ranks above "
+        'share a place, written "2="):\n\n' + "\n\n".join(blocks)
     )
 
 

@@ -341,6 +341,22 @@ class Ranking:
         """The methods no other method ranks above."""
         return [m for m in self.order if not any(self.apart.get((o, m)) for o in self.order)]
 
+    def places(self) -> dict[str, str]:
+        """Each method's place, best first: the methods no other ranks above take the first
+        place, then the same among those left, and so on; a place shared is written with
+        "=" ("2=")."""
+        left, place, n = self.order, {}, 1
+        while left:
+            tier = [m for m in left if not any(self.apart.get((o, m)) for o in left)]
+            tier = tier or left[:1]  # a ranking by means has no cycle; never loop forever
+            place.update((m, f"{n}=" if len(tier) > 1 else str(n)) for m in tier)
+            left, n = [m for m in left if m not in tier], n + len(tier)
+        return place
+
+    def tied_with(self, a: str) -> list[str]:
+        """The methods indistinguishable from ``a``, best first."""
+        return [b for b in self.order if b != a and not self.apart[a, b] and not self.apart[b, a]]
+
     def describe(self) -> str:
         """Every pair in words: which methods rank above which, and the indistinguishable
         pairs."""

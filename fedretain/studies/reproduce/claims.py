@@ -142,12 +142,12 @@ def leaning(c: Compared, b: Below) -> bool:
 
 def deciders(
     claim: Claim, mean: Any, compared: list[tuple[Compared, Below]], seeds: int
-) -> tuple[list[int], bool]:
+) -> tuple[list[int], list[int], bool]:
     """The open comparisons that would decide an undecided ``claim`` (indices into
-    ``compared``), and whether any one of them would: those each of which, decided the way it
-    leans, decides the claim alone ("every baseline" is decided by the one baseline leaning
-    above it), the fewest seeds first; else every open one (all must be decided), the most
-    seeds first."""
+    ``compared``), the other open ones, and whether any one of the first would: those each of
+    which, decided the way it leans, decides the claim alone ("every baseline" is decided by
+    the one baseline leaning above it), the fewest seeds first; else every open one (all must
+    be decided), the most seeds first."""
     fixed = [outcome(c, b, seeds) for c, b in compared]
     opened = [i for i, o in enumerate(fixed) if o is None]
 
@@ -161,7 +161,9 @@ def deciders(
         return math.inf if k is None else k
 
     alone = sorted((i for i in opened if decides(i)), key=seeds_of)  # the quickest first
-    return (alone, True) if alone else (sorted(opened, key=seeds_of, reverse=True), False)
+    if alone:
+        return alone, [i for i in opened if i not in alone], True
+    return sorted(opened, key=seeds_of, reverse=True), [], False
 
 
 def finite(x: float | None, last: int) -> float | None:
@@ -388,9 +390,8 @@ def judge(claim: Claim, plan: Plan, results: Results) -> Judged:
             base.verdict = NOT_RUN
         return base
     if result is None:
-        deciding, any_one = deciders(claim, mean, compared, n)
-        rest = [i for i, cb in enumerate(compared) if outcome(*cb, n) is None]
-        opened = [compared[i] for i in deciding + [i for i in rest if i not in deciding]]
+        deciding, others, any_one = deciders(claim, mean, compared, n)
+        opened = [compared[i] for i in deciding + others]
         needed = [compared[i][1].seeds for i in deciding]
         known = [k for k in needed if k is not None]
         if any_one:  # any one of them decides it: the fewest seeds

@@ -8,6 +8,7 @@ are named as ties."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +171,10 @@ def forgetting_bench(scale: str, seeds: list[int], data: Data) -> Plan:
     of 10 local steps at batch 20, the forgetting losses on 50 samples per client. ``ci``: the
     digits, one setting, 2 rounds.
 
-    Cost at ``small``, timed on 2 cores under load (3 rounds of each of FedAvg, FedCurv,
-    FedReg, GradMA and MOON at 5 and 50 clients a round, 2026-11-28): a client's 10 local
-    steps take 0.2 s (FedAvg) to 1.35 s (FedReg, whose pseudo data cost most), 3.6 s for all
-    nine methods; 20 rounds of 22 client updates over the 5 rungs make about 7,900 s a seed,
-    so 3 seeds take about 3.3 hours with ``--jobs 2`` (an upper bound: the timing ran beside
-    two other runs).
+    Cost at ``small``, measured (AMD EPYC, 2 cores, ``--jobs 2``, 2026-11-29/30): 7,340 s of
+    training for the 255 runs that finished (9 diverged), about an hour of wall time. A run
+    takes 1.6-6 s at 10 % participation (FedReg 23-40 s) and 5-32 s at full participation,
+    except FedReg's, 294-383 s: its pseudo data make up about 65 % of the bench's time.
     """
     choices = bench_tuned()
     methods = {m: {**keys, **_chosen(m, choices)} for m, keys in BENCH_METHODS.items()}
@@ -214,7 +213,7 @@ def forgetting_bench(scale: str, seeds: list[int], data: Data) -> Plan:
             lambda v: lt(
                 gain(v, "Dir(1), 10 %"), gain(v, "Dir(0.01), 10 %"), "final", "gain grows"
             ),
-            "30 rounds of 10 local steps leave GradMA's memory few rounds to act",
+            f"GradMA's memory builds up over rounds, and these runs have {base['rounds']}",
             paper="GradMA (Luo et al., CVPR 2023)",
         ),
         Claim(
@@ -273,14 +272,14 @@ def _chosen(method: str, choices: list[Tuned]) -> dict[str, Any]:
 
 def bench_paragraph(v: Values, plan: Plan) -> str:
     """The leaderboard of every setting, a table: the methods by final accuracy (the mean over
-    the last 10 % of the evaluations) in places (:meth:`Ranking.places`: a method takes a
-    place below another only where their paired gap exceeds both the seeds' spread and the
-    practical threshold; a shared place is a tie), whom each ranks above and is
-    indistinguishable from, and the same for the loss increase on earlier clients (lower is
-    better). A method without a mean (a seed with no result) is named with why; a setting
-    where no method learned beyond chance ranks nothing."""
+    the last 10 % of the evaluations) in places (:meth:`Ranking.places`: one more than the
+    number of methods whose paired gap over it exceeds both the seeds' spread and the
+    practical threshold), whom each ranks above and is indistinguishable from, and its loss
+    increase on earlier clients with whom it forgot less than by the same rule. A method
+    without a mean (a seed with no result) is named with why; a setting where no method
+    learned beyond chance ranks nothing."""
     from fedretain.metrics.spread import threshold_of
-    from fedretain.studies.reproduce.markdown import table
+    from fedretain.studies.reproduce.markdown import fmt, table
 
     blocks = []
     for setting in plan.settings():
@@ -297,25 +296,29 @@ def bench_paragraph(v: Values, plan: Plan) -> str:
             v, setting, methods, "loss_increase", lower=True, thresholds=plan.thresholds
         )
         places = order.places()
+        shared = Counter(places.values())
         rows = []
-        for m in order.order:
+        for m in sorted(order.order, key=lambda m: places[m]):  # stable: by mean within a place
             loss = forgot.means.get(m)
             rows.append(
                 [
-                    places[m],
+                    f"{places[m]}{'=' if shared[places[m]] > 1 else ''}",
                     m,
-                    f"{order.means[m]:.3f}",
+                    fmt(order.means[m], "final"),
                     joined(order.beats(m)) if order.beats(m) else "-",
                     joined(order.tied_with(m)) if order.tied_with(m) else "-",
-                    "-" if loss is None else f"{loss:.3f}",
+                    fmt(loss, "loss_increase"),
                     joined(forgot.beats(m)) if loss is not None and forgot.beats(m) else "-",
                 ]
             )
         for m in (m for m in methods if m not in means):
             seeds = v.per_seed(setting, m, "final") if hasattr(v, "per_seed") else []
             missing = sum(x is None for x in seeds)
-            why = f"no mean: {missing} of {len(seeds)} seeds without a result" if seeds else "-"
-            rows.append(["-", m, why, "-", "-", "-", "-"])
+            why = (
+                f"no mean: {missing} of {len(seeds)} seeds without a result "
+                "(listed under the runs that failed or diverged)"
+            )
+            rows.append(["-", m, why if seeds else "-", "-", "-", "-", "-"])
         head = f"**{setting}**: leading: {joined(order.top())}."
         if forgot.means:
             head += f" Forgot least: {joined(forgot.top())}."
@@ -334,8 +337,10 @@ def bench_paragraph(v: Values, plan: Plan) -> str:
         "only where their paired gap exceeds both the seeds' spread and a practical threshold: "
         f"{threshold_of('final', plan.thresholds).describe()} of final accuracy, "
         f"{threshold_of('loss_increase', plan.thresholds).describe()} of the loss increase; "
-        "every other pair is indistinguishable, and the methods no method left ranks above "
-        'share a place, written "2="):\n\n' + "\n\n".join(blocks)
+        "every other pair is indistinguishable. A method's place is one more than the number of "
+        'methods that rank above it, "2=" where it is shared; it follows that rule, not the '
+        "means, so a method with a lower mean but a wider spread can stand above one with a "
+        "higher mean):\n\n" + "\n\n".join(blocks)
     )
 
 
@@ -345,7 +350,7 @@ PRESETS.add(
     "nine methods over a heterogeneity ladder (Dirichlet, shards; 10 % and full participation)",
     dataset="fashion-mnist",
     seeds={"ci": 1, "small": 3, "paper": 3},
-    estimate="about 3.3 h (264 runs, 3 seeds, --jobs 2; estimated from timed rounds 2026-11-28)",
+    estimate="about 1 h (264 runs, 3 seeds, --jobs 2; 7,340 s of training, measured 2026-11-30)",
     paper="none (a head-to-head)",
 )
 

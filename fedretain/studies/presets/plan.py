@@ -341,17 +341,12 @@ class Ranking:
         """The methods no other method ranks above."""
         return [m for m in self.order if not any(self.apart.get((o, m)) for o in self.order)]
 
-    def places(self) -> dict[str, str]:
-        """Each method's place, best first: the methods no other ranks above take the first
-        place, then the same among those left, and so on; a place shared is written with
-        "=" ("2=")."""
-        left, place, n = self.order, {}, 1
-        while left:
-            tier = [m for m in left if not any(self.apart.get((o, m)) for o in left)]
-            tier = tier or left[:1]  # a ranking by means has no cycle; never loop forever
-            place.update((m, f"{n}=" if len(tier) > 1 else str(n)) for m in tier)
-            left, n = [m for m in left if m not in tier], n + len(tier)
-        return place
+    def places(self) -> dict[str, int]:
+        """Each method's place: one more than the number of methods that rank above it (so
+        the methods no other ranks above share the first place). A place follows the rule,
+        not the means: a method with a lower mean but a wide spread can share the first place
+        while one with a higher mean ranks below a leader."""
+        return {m: 1 + sum(bool(self.apart.get((o, m))) for o in self.order) for m in self.order}
 
     def tied_with(self, a: str) -> list[str]:
         """The methods indistinguishable from ``a``, best first."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedretain.studies.presets import INF, NO_GUARANTEE
+from fedretain.studies.presets.plan import INF, NO_GUARANTEE
 
 LABELS = {
     "avg_acc": "average accuracy",
@@ -56,7 +56,7 @@ def fmt(value: Any, metric: str) -> str:
         return f"{value:.2f}"
     if metric == "epsilon" and value > NO_GUARANTEE:
         return f"{value:.3g} (no meaningful guarantee)"
-    if metric in ("sigma", "epsilon"):
+    if metric in ("sigma", "epsilon") or abs(value) >= 1e6:  # a blown-up loss: its magnitude
         return f"{value:.3g}"
     return f"{value:.4f}"
 

@@ -31,6 +31,7 @@ from fedretain.studies.presets.plan import (
     ranking,
     runs_over,
     scale_reasons,
+    seed_values,
     shipped_choices,
     tuning_plan,
     tuning_runs,
@@ -312,13 +313,10 @@ def bench_paragraph(v: Values, plan: Plan) -> str:
                 ]
             )
         for m in (m for m in methods if m not in means):
-            seeds = v.per_seed(setting, m, "final") if hasattr(v, "per_seed") else []
+            seeds = seed_values(v, setting, m, "final")
             missing = sum(x is None for x in seeds)
-            why = (
-                f"no mean: {missing} of {len(seeds)} seeds without a result "
-                "(listed under the runs that failed or diverged)"
-            )
-            rows.append(["-", m, why if seeds else "-", "-", "-", "-", "-"])
+            why = f"no mean: {missing} of {len(seeds)} seeds without a result (see above)"
+            rows.append(["-", m, why, "-", "-", "-", "-"])
         head = f"**{setting}**: leading: {joined(order.top())}."
         if forgot.means:
             head += f" Forgot least: {joined(forgot.top())}."

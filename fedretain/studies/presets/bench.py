@@ -298,6 +298,10 @@ def bench_paragraph(v: Values, plan: Plan) -> str:
         )
         places = order.places()
         shared = Counter(places.values())
+
+        def names(ms: list[str]) -> str:
+            return joined(ms) if ms else "-"
+
         rows = []
         for m in sorted(order.order, key=lambda m: places[m]):  # stable: by mean within a place
             loss = forgot.means.get(m)
@@ -306,10 +310,10 @@ def bench_paragraph(v: Values, plan: Plan) -> str:
                     f"{places[m]}{'=' if shared[places[m]] > 1 else ''}",
                     m,
                     fmt(order.means[m], "final"),
-                    joined(order.beats(m)) if order.beats(m) else "-",
-                    joined(order.tied_with(m)) if order.tied_with(m) else "-",
+                    names(order.beats(m)),
+                    names(order.tied_with(m)),
                     fmt(loss, "loss_increase"),
-                    joined(forgot.beats(m)) if loss is not None and forgot.beats(m) else "-",
+                    names(forgot.beats(m) if loss is not None else []),
                 ]
             )
         for m in (m for m in methods if m not in means):

@@ -339,7 +339,7 @@ class Ranking:
 
     def top(self) -> list[str]:
         """The methods no other method ranks above."""
-        return [m for m in self.order if not any(self.apart.get((o, m)) for o in self.order)]
+        return [m for m, place in self.places().items() if place == 1]
 
     def places(self) -> dict[str, int]:
         """Each method's place: one more than the number of methods that rank above it (so
